@@ -1,0 +1,30 @@
+# Switchyard. `make test` is the one test command: README and CI both use it.
+GO ?= go
+
+.PHONY: all build test unit e2e e2e-deps vet fmt bench
+
+all: build
+
+build:
+	$(GO) build -o bin/switchyard ./cmd/switchyard
+
+vet:
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+unit:
+	$(GO) test -count=1 ./...
+
+# The end-to-end tests drive the real binary and use the official openai npm
+# client, installed here from the npm registry.
+e2e-deps:
+	@if [ -d test/e2e/client ]; then cd test/e2e/client && npm install --no-audit --no-fund --loglevel=error; fi
+
+e2e: build e2e-deps
+	SWITCHYARD_BIN=$(CURDIR)/bin/switchyard $(GO) test -count=1 -tags e2e -timeout 15m ./test/e2e/...
+
+test: vet unit e2e
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1s ./...

@@ -1,0 +1,47 @@
+package bus
+
+// Roles a worker can take.
+const (
+	RoleAggregated = "aggregated"
+	RolePrefill    = "prefill"
+	RoleDecode     = "decode"
+)
+
+// Profile is a worker's timing profile: the roofline parameters the
+// disaggregation gate needs to predict its prefill time without asking it.
+// Times are in simulated seconds; Speedup says how much faster than wall time
+// the worker runs them.
+type Profile struct {
+	Model           string  `json:"model"`
+	GPU             string  `json:"gpu"`
+	TP              int     `json:"tp"`
+	PeakFLOPS       float64 `json:"peak_flops"`        // per GPU, dense bf16
+	MemBandwidth    float64 `json:"mem_bandwidth_bps"` // per GPU, bytes/s
+	MFU             float64 `json:"mfu"`
+	MBU             float64 `json:"mbu"`
+	StepOverheadSec float64 `json:"step_overhead_s"`
+	ParamCount      float64 `json:"param_count"`
+	WeightBytes     float64 `json:"weight_bytes"`
+	Layers          int     `json:"layers"`
+	Hidden          int     `json:"hidden"`
+	MaxBatchTokens  int     `json:"max_num_batched_tokens"`
+	Speedup         float64 `json:"speedup"`
+}
+
+// WorkerInfo is a worker's entry in the registry: everything the frontend
+// needs to route to it, index its events and gate disaggregation on it.
+type WorkerInfo struct {
+	ID               string  `json:"id"`
+	Role             string  `json:"role"`
+	Model            string  `json:"model"`
+	HTTPURL          string  `json:"http_url"`
+	KVXferAddr       string  `json:"kvxfer_addr,omitempty"`
+	BlockSize        int     `json:"block_size"`
+	KVBytesPerToken  int     `json:"kv_bytes_per_token"`
+	KVBlocks         int     `json:"kv_blocks"`
+	KVEventsEnabled  bool    `json:"kv_events_enabled"`
+	Epoch            uint64  `json:"epoch"`
+	MaxModelLen      int     `json:"max_model_len"`
+	Profile          Profile `json:"profile"`
+	StartedUnixMilli int64   `json:"started_unix_ms"`
+}

@@ -1,0 +1,70 @@
+package kvindex
+
+import "encoding/binary"
+
+// BlockHash identifies a full block of tokens together with every block
+// before it in the same prompt: equal hashes mean equal prefixes.
+type BlockHash = uint64
+
+// rootSeed is the parent of the first block when a request has no
+// cache_salt. Dynamo seeds XXH3 with 1337; we keep the number for
+// familiarity, though the hash function differs.
+const rootSeed uint64 = 1337
+
+// Root returns the parent hash of a prompt's first block. An empty salt gives
+// the shared root; any other salt gives a root of its own, so requests with
+// different salts never share blocks.
+func Root(salt string) BlockHash {
+	if salt == "" {
+		return rootSeed
+	}
+	// FNV-1a over the salt, then mixed: different salts land on unrelated roots.
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(salt); i++ {
+		h ^= uint64(salt[i])
+		h *= 1099511628211
+	}
+	return mix(h ^ 0x5a17)
+}
+
+// HashBlock returns the hash of one full block given its parent's hash.
+// It is a multiply-xorshift hash over the token IDs, two tokens a round; it
+// is not cryptographic, but collisions between distinct chains are 2^-64
+// events, as for Dynamo's XXH3-64.
+func HashBlock(parent BlockHash, tokens []uint32) BlockHash {
+	h := parent*0x9E3779B97F4A7C15 ^ uint64(len(tokens))
+	i := 0
+	for ; i+1 < len(tokens); i += 2 {
+		v := uint64(tokens[i]) | uint64(tokens[i+1])<<32
+		h = (h ^ mix(v)) * 0xbf58476d1ce4e5b9
+		h ^= h >> 29
+	}
+	if i < len(tokens) {
+		h = (h ^ mix(uint64(tokens[i])|1<<63)) * 0xbf58476d1ce4e5b9
+	}
+	return mix(h)
+}
+
+// HashChain appends to dst the hashes of every full block of tokens, chained
+// from Root(salt). The partial last block is never hashed.
+func HashChain(dst []BlockHash, salt string, tokens []uint32, blockSize int) []BlockHash {
+	parent := Root(salt)
+	for off := 0; off+blockSize <= len(tokens); off += blockSize {
+		parent = HashBlock(parent, tokens[off:off+blockSize])
+		dst = append(dst, parent)
+	}
+	return dst
+}
+
+// mix is the splitmix64 finaliser.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// PutHash writes h little-endian into b[:8]; a helper for wire formats.
+func PutHash(b []byte, h BlockHash) { binary.LittleEndian.PutUint64(b, h) }

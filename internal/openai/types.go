@@ -1,0 +1,191 @@
+// Package openai holds the OpenAI wire format shared by the frontend, the
+// simulated worker and the load client: request and response types, the SSE
+// writer and reader, and the error envelope. It holds no logic and imports
+// nothing else of the project.
+package openai
+
+import "encoding/json"
+
+// Message is one chat turn.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// StreamOptions is the request's stream_options object.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// Prompt is a completions prompt: either text or token IDs. Exactly one of
+// Text and Tokens is set after a successful decode.
+type Prompt struct {
+	Text     string
+	Tokens   []uint32
+	IsTokens bool
+}
+
+// UnmarshalJSON accepts a string, an array of integer token IDs, or a
+// one-element array of strings (as the OpenAI API allows).
+func (p *Prompt) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*p = Prompt{Text: s}
+		return nil
+	}
+	var toks []uint32
+	if err := json.Unmarshal(b, &toks); err == nil {
+		*p = Prompt{Tokens: toks, IsTokens: true}
+		return nil
+	}
+	var ss []string
+	if err := json.Unmarshal(b, &ss); err == nil && len(ss) == 1 {
+		*p = Prompt{Text: ss[0]}
+		return nil
+	}
+	return &json.UnmarshalTypeError{Value: string(truncate(b, 32)), Field: "prompt"}
+}
+
+// MarshalJSON writes the prompt back in the form it came in.
+func (p Prompt) MarshalJSON() ([]byte, error) {
+	if p.IsTokens {
+		if p.Tokens == nil {
+			return []byte("[]"), nil
+		}
+		return json.Marshal(p.Tokens)
+	}
+	return json.Marshal(p.Text)
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// CompletionRequest is the body of POST /v1/completions and, with Messages
+// set instead of Prompt, of POST /v1/chat/completions. Fields the project
+// does not model are ignored on decode.
+type CompletionRequest struct {
+	Model         string          `json:"model"`
+	Prompt        *Prompt         `json:"prompt,omitempty"`
+	Messages      []Message       `json:"messages,omitempty"`
+	MaxTokens     *int            `json:"max_tokens,omitempty"`
+	MaxCompletion *int            `json:"max_completion_tokens,omitempty"`
+	Stream        bool            `json:"stream,omitempty"`
+	StreamOptions *StreamOptions  `json:"stream_options,omitempty"`
+	Temperature   *float64        `json:"temperature,omitempty"`
+	TopP          *float64        `json:"top_p,omitempty"`
+	Seed          *int64          `json:"seed,omitempty"`
+	Stop          json.RawMessage `json:"stop,omitempty"`
+	User          string          `json:"user,omitempty"`
+	N             *int            `json:"n,omitempty"`
+
+	// vLLM extensions.
+	CacheSalt        string         `json:"cache_salt,omitempty"`
+	KVTransferParams map[string]any `json:"kv_transfer_params,omitempty"`
+	Priority         *int           `json:"priority,omitempty"`
+	MinTokens        *int           `json:"min_tokens,omitempty"`
+	IgnoreEOS        bool           `json:"ignore_eos,omitempty"`
+}
+
+// PromptTokensDetails is usage.prompt_tokens_details.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// Usage is the token accounting of one request.
+type Usage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// CompletionChoice is one choice of a text completion (full or chunk).
+type CompletionChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	FinishReason *string `json:"finish_reason"`
+	Logprobs     any     `json:"logprobs"`
+}
+
+// CompletionResponse is a text_completion object, used both for the full
+// response and for each streamed chunk.
+type CompletionResponse struct {
+	ID               string             `json:"id"`
+	Object           string             `json:"object"` // "text_completion"
+	Created          int64              `json:"created"`
+	Model            string             `json:"model"`
+	Choices          []CompletionChoice `json:"choices"`
+	Usage            *Usage             `json:"usage"`
+	KVTransferParams map[string]any     `json:"kv_transfer_params,omitempty"`
+}
+
+// ChatChoice is one choice of a full chat completion.
+type ChatChoice struct {
+	Index        int     `json:"index"`
+	Message      Message `json:"message"`
+	FinishReason *string `json:"finish_reason"`
+	Logprobs     any     `json:"logprobs"`
+}
+
+// ChatResponse is a chat.completion object.
+type ChatResponse struct {
+	ID               string         `json:"id"`
+	Object           string         `json:"object"` // "chat.completion"
+	Created          int64          `json:"created"`
+	Model            string         `json:"model"`
+	Choices          []ChatChoice   `json:"choices"`
+	Usage            *Usage         `json:"usage"`
+	KVTransferParams map[string]any `json:"kv_transfer_params,omitempty"`
+}
+
+// Delta is the incremental message of a chat chunk.
+type Delta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// ChatChunkChoice is one choice of a chat.completion.chunk.
+type ChatChunkChoice struct {
+	Index        int     `json:"index"`
+	Delta        Delta   `json:"delta"`
+	FinishReason *string `json:"finish_reason"`
+	Logprobs     any     `json:"logprobs"`
+}
+
+// ChatChunk is a chat.completion.chunk.
+type ChatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"` // "chat.completion.chunk"
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []ChatChunkChoice `json:"choices"`
+	Usage   *Usage            `json:"usage"`
+}
+
+// Model is one entry of GET /v1/models.
+type Model struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"` // "model"
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int    `json:"max_model_len,omitempty"`
+}
+
+// ModelList is the body of GET /v1/models.
+type ModelList struct {
+	Object string  `json:"object"` // "list"
+	Data   []Model `json:"data"`
+}
+
+// Finish reasons.
+const (
+	FinishStop   = "stop"
+	FinishLength = "length"
+)
+
+// StringPtr returns a pointer to s, for optional fields such as finish_reason.
+func StringPtr(s string) *string { return &s }
