@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+)
+
+// Health is the part of GET /health bench reads.
+type Health struct {
+	Status    string         `json:"status"`
+	BlockSize int            `json:"block_size,omitempty"`
+	Workers   []HealthWorker `json:"workers,omitempty"`
+}
+
+// HealthWorker is one worker of GET /health.
+type HealthWorker struct {
+	ID     string `json:"id"`
+	Role   string `json:"role,omitempty"`
+	Events struct {
+		State string `json:"state,omitempty"`
+	} `json:"events"`
+}
+
+// RouterState is the body of GET /admin/router.
+type RouterState struct {
+	Policy   string   `json:"policy"`
+	Policies []string `json:"policies"`
+}
+
+// call does one JSON control request and decodes a 2xx answer into out
+// (when out is non-nil). It returns the raw body too.
+func (c *Client) call(ctx context.Context, method, path, key string, body any, out any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("bench: encode %s body: %w", path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(c.timeout, adminTimeout))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s %s: %w (is the frontend running at --url %s?)", method, path, err, c.base)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s %s: read body: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return b, errAdmin(method+" "+path, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return b, fmt.Errorf("bench: %s %s: decode: %w", method, path, err)
+		}
+	}
+	return b, nil
+}
+
+// adminTimeout bounds each control call; they are cheap on any healthy frontend.
+const adminTimeout = 30 * time.Second
+
+// Health fetches GET /health. A body that is not JSON (a plain engine's
+// health check) yields Status "unknown" and no error.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	b, err := c.call(ctx, http.MethodGet, "/health", c.apiKey, nil, nil)
+	if err != nil {
+		return Health{}, err
+	}
+	var h Health
+	if json.Unmarshal(b, &h) != nil {
+		return Health{Status: "unknown"}, nil
+	}
+	return h, nil
+}
+
+// Models returns the ids of GET /v1/models.
+func (c *Client) Models(ctx context.Context) ([]string, error) {
+	var ml openai.ModelList
+	if _, err := c.call(ctx, http.MethodGet, "/v1/models", c.apiKey, nil, &ml); err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(ml.Data))
+	for _, m := range ml.Data {
+		ids = append(ids, m.ID)
+	}
+	return ids, nil
+}
+
+// Router returns the frontend's current and available routing policies.
+func (c *Client) Router(ctx context.Context) (RouterState, error) {
+	var s RouterState
+	_, err := c.call(ctx, http.MethodGet, "/admin/router", c.adminKey, nil, &s)
+	return s, err
+}
+
+// SetPolicy switches the frontend's routing policy and checks the answer.
+func (c *Client) SetPolicy(ctx context.Context, policy string) error {
+	var s RouterState
+	if _, err := c.call(ctx, http.MethodPut, "/admin/router", c.adminKey, map[string]string{"policy": policy}, &s); err != nil {
+		return err
+	}
+	if s.Policy != policy {
+		return fmt.Errorf("bench: PUT /admin/router: asked for policy %q, frontend answered %q", policy, s.Policy)
+	}
+	return nil
+}
+
+// ResetCache clears every worker's prefix cache and returns how many workers
+// did it.
+func (c *Client) ResetCache(ctx context.Context) (int, error) {
+	var r struct {
+		Workers int `json:"workers"`
+	}
+	_, err := c.call(ctx, http.MethodPost, "/admin/reset-cache", c.adminKey, nil, &r)
+	return r.Workers, err
+}

@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Scenario names a workload.
+type Scenario string
+
+// The scenarios bench knows.
+const (
+	ScenarioRouting  Scenario = "routing"  // shared prefixes + unique suffixes
+	ScenarioDisagg   Scenario = "disagg"   // prompt-size sweep, one request at a time
+	ScenarioTrace    Scenario = "trace"    // replay of a Mooncake or Azure trace
+	ScenarioSelftest Scenario = "selftest" // drive an in-process trivial server
+)
+
+// Trace formats.
+const (
+	FormatMooncake = "mooncake"
+	FormatAzure    = "azure"
+)
+
+// Config is a validated bench run. The zero value is not valid; start from
+// DefaultConfig and call Validate.
+type Config struct {
+	Scenario Scenario
+
+	URL      string // frontend base URL, e.g. http://127.0.0.1:8000
+	Model    string // empty: the first id of GET /v1/models
+	APIKey   string // Authorization: Bearer for the OpenAI API
+	AdminKey string // Authorization: Bearer for /admin/*; empty: APIKey
+
+	// Routing scenario.
+	Requests     int // measured requests (routing, selftest)
+	Prefixes     int // K shared prefixes
+	PrefixTokens int // prefix length in tokens (random token IDs); ignored if PrefixWords > 0
+	PrefixWords  int // prefix length in English words (tokenized with cl100k)
+	SuffixTokens int // unique suffix per request
+	Warmup       int // warm-up requests before measuring, excluded from aggregates
+
+	// Disagg scenario.
+	PromptTokens []int // sizes swept, in order
+	Repeats      int   // requests per size
+
+	// Trace scenario.
+	TracePath   string
+	TraceFormat string  // FormatMooncake or FormatAzure
+	TimeScale   float64 // multiplies the trace's timestamps (0.5 = twice as fast)
+	MaxRequests int     // 0: the whole trace
+
+	MaxTokens   int           // completion length for routing, disagg and selftest
+	Concurrency int           // in-flight limit; 0 means unlimited (trace only)
+	Rate        float64       // Poisson arrivals per second; 0 = as fast as Concurrency allows
+	Seed        int64         // every random choice derives from it
+	Timeout     time.Duration // per request
+
+	Policies   []string // compare these router policies; empty: run once as deployed
+	ResetCache bool     // reset worker prefix caches before each run (always on with Policies)
+	BlockSize  int      // 0: from GET /health, else 16
+
+	TTFTSLO time.Duration // goodput: TTFT at most this
+	ITLSLO  time.Duration // goodput: the request's mean ITL at most this
+}
+
+// DefaultConfig returns the defaults the CLI starts from.
+func DefaultConfig() Config {
+	return Config{
+		URL:          "http://127.0.0.1:8000",
+		Requests:     60,
+		Prefixes:     4,
+		PrefixTokens: 2000,
+		SuffixTokens: 16,
+		Warmup:       -1, // one per prefix
+		PromptTokens: []int{500, 1500, 3000},
+		Repeats:      3,
+		TraceFormat:  FormatMooncake,
+		TimeScale:    1,
+		MaxTokens:    16,
+		Concurrency:  4,
+		Seed:         1,
+		Timeout:      5 * time.Minute,
+		TTFTSLO:      2 * time.Second,
+		ITLSLO:       100 * time.Millisecond,
+	}
+}
+
+// maxPromptTokens bounds prompt sizes to something a frontend can take; the
+// largest Mooncake request is ~128k tokens.
+const maxPromptTokens = 1 << 20
+
+// Validate checks cfg and fills derived defaults (Warmup = Prefixes when
+// negative, AdminKey = APIKey when empty). Its errors say which flag to fix.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("bench: "+format, a...)) }
+	switch c.Scenario {
+	case ScenarioRouting, ScenarioDisagg, ScenarioTrace, ScenarioSelftest:
+	default:
+		bad("unknown scenario %q: use routing, disagg, trace or selftest", c.Scenario)
+	}
+	if c.Scenario != ScenarioSelftest {
+		u, err := url.Parse(c.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("--url %q: want http://host:port", c.URL)
+		}
+		c.URL = strings.TrimRight(c.URL, "/")
+	}
+	if c.AdminKey == "" {
+		c.AdminKey = c.APIKey
+	}
+	if c.MaxTokens < 1 {
+		bad("--max-tokens %d: want at least 1", c.MaxTokens)
+	}
+	if c.Concurrency < 0 || (c.Concurrency == 0 && c.Scenario != ScenarioTrace) {
+		bad("--concurrency %d: want at least 1 (0 = unlimited is for trace only)", c.Concurrency)
+	}
+	if c.Rate < 0 {
+		bad("--rate %g: want >= 0 (0 = no rate limit)", c.Rate)
+	}
+	if c.Timeout <= 0 {
+		bad("--timeout %v: want > 0", c.Timeout)
+	}
+	if c.TTFTSLO <= 0 || c.ITLSLO <= 0 {
+		bad("--ttft-slo and --itl-slo must be > 0")
+	}
+	if c.BlockSize < 0 {
+		bad("--block-size %d: want >= 0 (0 = from /health)", c.BlockSize)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Policies {
+		if p == "" || seen[p] {
+			bad("--compare-policies %q: empty or repeated policy name", strings.Join(c.Policies, ","))
+			break
+		}
+		seen[p] = true
+	}
+	switch c.Scenario {
+	case ScenarioRouting, ScenarioSelftest:
+		if c.Requests < 1 {
+			bad("--requests %d: want at least 1", c.Requests)
+		}
+	}
+	switch c.Scenario {
+	case ScenarioRouting:
+		if c.Prefixes < 1 {
+			bad("--prefixes %d: want at least 1", c.Prefixes)
+		}
+		if c.PrefixWords < 0 || c.PrefixTokens < 0 || (c.PrefixWords == 0 && c.PrefixTokens < 2) {
+			bad("--prefix-tokens %d / --prefix-words %d: want a prefix of at least 2 tokens", c.PrefixTokens, c.PrefixWords)
+		}
+		if c.PrefixTokens > maxPromptTokens || c.PrefixWords > maxPromptTokens {
+			bad("prefix too long: at most %d", maxPromptTokens)
+		}
+		if c.SuffixTokens < 1 || c.SuffixTokens > maxPromptTokens {
+			bad("--suffix-tokens %d: want 1..%d (each request needs a unique suffix)", c.SuffixTokens, maxPromptTokens)
+		}
+		if c.Warmup < 0 {
+			c.Warmup = c.Prefixes
+		}
+	case ScenarioDisagg:
+		if len(c.PromptTokens) == 0 {
+			bad("--prompt-tokens: want a comma-separated list such as 500,1500,3000")
+		}
+		for _, n := range c.PromptTokens {
+			if n < 2 || n > maxPromptTokens {
+				bad("--prompt-tokens: size %d out of range 2..%d", n, maxPromptTokens)
+			}
+		}
+		if c.Repeats < 1 {
+			bad("--repeats %d: want at least 1", c.Repeats)
+		}
+	case ScenarioTrace:
+		if c.TracePath == "" {
+			bad("--trace: a trace file is required for the trace scenario")
+		}
+		if c.TraceFormat != FormatMooncake && c.TraceFormat != FormatAzure {
+			bad("--format %q: use mooncake or azure", c.TraceFormat)
+		}
+		if !(c.TimeScale > 0) {
+			bad("--time-scale %g: want > 0", c.TimeScale)
+		}
+		if c.MaxRequests < 0 {
+			bad("--max-requests %d: want >= 0 (0 = whole trace)", c.MaxRequests)
+		}
+	}
+	if c.Warmup < 0 {
+		c.Warmup = 0
+	}
+	return errors.Join(errs...)
+}

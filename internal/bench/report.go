@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes rep to path as indented JSON (docs/bench-schema.md).
+func WriteJSON(path string, rep *Report) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("bench: encode report: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("bench: write --json: %w", err)
+	}
+	return nil
+}
+
+// WriteTable writes the human summary: the deployment shape, then the runs
+// side by side, then (disagg) one row per prompt size.
+func WriteTable(w io.Writer, rep *Report) error {
+	fmt.Fprintf(w, "switchyard bench %s  %s  model %s  block %d tokens\n", rep.Scenario, rep.URL, rep.Model, rep.BlockSize)
+	fmt.Fprintf(w, "deployment: status %s, %s\n\n", orDash(rep.Deployment.Status), workersLine(rep.Deployment.Workers))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	row := func(name string, f func(a *Aggregate) string) {
+		fmt.Fprintf(tw, "%s\t", name)
+		for i := range rep.Runs {
+			fmt.Fprintf(tw, "%s\t", f(&rep.Runs[i].Aggregate))
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprint(tw, "policy\t")
+	for _, r := range rep.Runs {
+		p := r.Policy
+		if p == "" {
+			p = "(as deployed)"
+		}
+		fmt.Fprintf(tw, "%s\t", p)
+	}
+	fmt.Fprintln(tw)
+	row("requests", func(a *Aggregate) string { return fmt.Sprint(a.Requests) })
+	row("ok", func(a *Aggregate) string { return fmt.Sprint(a.OK) })
+	row("rejected (429/503)", func(a *Aggregate) string { return fmt.Sprint(a.Rejected) })
+	row("errors", func(a *Aggregate) string { return fmt.Sprint(a.Errors) })
+	row("duration s", func(a *Aggregate) string { return fmt.Sprintf("%.2f", a.DurationS) })
+	row("requests/s", func(a *Aggregate) string { return fmt.Sprintf("%.2f", a.RequestsPerS) })
+	row("output tokens/s", func(a *Aggregate) string { return fmt.Sprintf("%.1f", a.OutputTokensPerS) })
+	row("TTFT p50/p90/p99 ms", func(a *Aggregate) string { return qms(a.TTFT) })
+	row("ITL p50/p90/p99 ms", func(a *Aggregate) string { return qms(a.ITL) })
+	row("E2E p50/p90/p99 ms", func(a *Aggregate) string { return qms(a.E2E) })
+	row("cache hit ratio (tokens)", func(a *Aggregate) string { return fmt.Sprintf("%.3f", a.HitRatio) })
+	row("cache hits (requests)", func(a *Aggregate) string {
+		if a.HitEligible == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%d/%d", a.Hits, a.HitEligible)
+	})
+	row("goodput req/s", func(a *Aggregate) string {
+		return fmt.Sprintf("%.2f (%d/%d)", a.GoodputRPS, a.GoodRequests, a.Requests)
+	})
+	row("prefill local/remote", func(a *Aggregate) string {
+		return fmt.Sprintf("%d/%d", a.PrefillLocal, a.PrefillRemote)
+	})
+	row("workers used", func(a *Aggregate) string { return countsLine(a.Workers) })
+	row("error kinds", func(a *Aggregate) string { return countsLine(a.ErrorKinds) })
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: write table: %w", err)
+	}
+	if a := rep.Runs; len(a) > 0 {
+		fmt.Fprintf(w, "\nSLO for goodput: TTFT <= %gs and mean ITL <= %gs per request\n", a[0].Aggregate.TTFTSLOS, a[0].Aggregate.ITLSLOS)
+	}
+	for _, r := range rep.Runs {
+		if len(r.Groups) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nby prompt size%s:\n", policySuffix(r.Policy))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "prompt tokens\tn\tok\tTTFT p50 ms\tTTFT p99 ms\tE2E p50 ms\tcached\tlocal/remote\tpredicted TTFT ms\treasons")
+		for _, g := range r.Groups {
+			a := &g.Aggregate
+			pred := "-"
+			if g.PredictedTTFTMsMean != nil {
+				pred = fmt.Sprintf("%.1f", *g.PredictedTTFTMsMean)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%.3f\t%d/%d\t%s\t%s\n", g.Key, a.Requests, a.OK,
+				ms(a.TTFT.P50), ms(a.TTFT.P99), ms(a.E2E.P50), a.HitRatio, a.PrefillLocal, a.PrefillRemote, pred, countsLine(g.DisaggReasons))
+		}
+		if err := tw.Flush(); err != nil {
+			return fmt.Errorf("bench: write table: %w", err)
+		}
+	}
+	return nil
+}
+
+func policySuffix(p string) string {
+	if p == "" {
+		return ""
+	}
+	return " (" + p + ")"
+}
+
+func ms(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", *v*1000)
+}
+
+func qms(q Quantiles) string { return ms(q.P50) + "/" + ms(q.P90) + "/" + ms(q.P99) }
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func countsLine(m map[string]int) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s:%d", orDash(k), m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func workersLine(ws []HealthWorker) string {
+	if len(ws) == 0 {
+		return "workers not reported"
+	}
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = fmt.Sprintf("%s (%s, events %s)", w.ID, orDash(w.Role), orDash(w.Events.State))
+	}
+	return fmt.Sprintf("%d workers: %s", len(ws), strings.Join(parts, ", "))
+}

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+)
+
+// Item is one planned request.
+type Item struct {
+	Index        int
+	At           time.Duration // planned send time from the run's start; 0 = as soon as a slot frees
+	Group        string        // prefix ("p2"), prompt size ("1500") or "" for traces
+	SharedTokens int           // leading tokens deliberately shared with other requests
+	InputTokens  int
+	MaxTokens    int
+
+	prompt  []uint32 // materialised prompt (routing, disagg)
+	hashIDs []int64  // Mooncake blocks, built when sent
+	unique  int      // id of a unique prompt built when sent (Azure), -1 if unused
+}
+
+// AppendPrompt appends the item's prompt tokens to dst.
+func (it *Item) AppendPrompt(b *PromptBuilder, dst []uint32) []uint32 {
+	switch {
+	case it.prompt != nil:
+		return append(dst, it.prompt...)
+	case it.hashIDs != nil:
+		return b.AppendMooncake(dst, it.hashIDs, it.InputTokens)
+	default:
+		return b.AppendUnique(dst, it.unique, it.InputTokens)
+	}
+}
+
+// Plan is the requests of one scenario: Warmup runs first, one at a time,
+// and is excluded from aggregates; Items are measured.
+type Plan struct {
+	Warmup      []Item
+	Items       []Item
+	Concurrency int  // in-flight limit for Items; 0 = unlimited
+	Open        bool // arrival times matter (trace or --rate)
+}
+
+// BuildPlan turns cfg into the requests to send. It is deterministic in
+// cfg.Seed.
+func BuildPlan(cfg Config) (Plan, error) {
+	b := NewPromptBuilder(cfg.Seed)
+	var p Plan
+	switch cfg.Scenario {
+	case ScenarioRouting, ScenarioSelftest:
+		prefixes, err := buildPrefixes(cfg, b)
+		if err != nil {
+			return Plan{}, err
+		}
+		r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x726f75746e67)) // "routng"
+		mk := func(i, k int) Item {
+			pr := append(make([]uint32, 0, len(prefixes[k])+cfg.SuffixTokens), prefixes[k]...)
+			pr = b.AppendSuffix(pr, i, cfg.SuffixTokens)
+			return Item{Index: i, Group: "p" + strconv.Itoa(k), SharedTokens: len(prefixes[k]),
+				InputTokens: len(pr), MaxTokens: cfg.MaxTokens, prompt: pr, unique: -1}
+		}
+		for w := range cfg.Warmup {
+			// Suffix ids after the measured ones keep every suffix unique.
+			p.Warmup = append(p.Warmup, mk(cfg.Requests+w, w%cfg.Prefixes))
+		}
+		for i := range cfg.Requests {
+			p.Items = append(p.Items, mk(i, r.IntN(cfg.Prefixes)))
+		}
+		p.Concurrency = cfg.Concurrency
+	case ScenarioDisagg:
+		i := 0
+		for _, n := range cfg.PromptTokens {
+			for range cfg.Repeats {
+				pr := b.AppendUnique(make([]uint32, 0, n), i, n)
+				p.Items = append(p.Items, Item{Index: i, Group: strconv.Itoa(n), InputTokens: n,
+					MaxTokens: cfg.MaxTokens, prompt: pr, unique: -1})
+				i++
+			}
+		}
+		p.Concurrency = 1 // one at a time: each TTFT is the gate's decision alone
+	case ScenarioTrace:
+		reqs, err := ReadTrace(cfg.TracePath, cfg.TraceFormat)
+		if err != nil {
+			return Plan{}, err
+		}
+		if cfg.MaxRequests > 0 && len(reqs) > cfg.MaxRequests {
+			reqs = reqs[:cfg.MaxRequests]
+		}
+		for i, tr := range reqs {
+			it := Item{Index: i, At: time.Duration(float64(tr.At) * cfg.TimeScale), InputTokens: tr.InputTokens,
+				// The trace's output length is exact with ignore_eos; an engine
+				// needs at least one token to answer at all.
+				MaxTokens: max(tr.OutputTokens, 1), hashIDs: tr.HashIDs, unique: i}
+			p.Items = append(p.Items, it)
+		}
+		p.Concurrency = cfg.Concurrency
+		p.Open = true
+		return p, nil
+	default:
+		return Plan{}, fmt.Errorf("bench: no plan for scenario %q", cfg.Scenario)
+	}
+	if cfg.Rate > 0 {
+		r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x72617465)) // "rate"
+		var at float64
+		for i := range p.Items {
+			p.Items[i].At = time.Duration(at * float64(time.Second))
+			at += r.ExpFloat64() / cfg.Rate
+		}
+		p.Open = true
+	}
+	return p, nil
+}
+
+func buildPrefixes(cfg Config, b *PromptBuilder) ([][]uint32, error) {
+	out := make([][]uint32, cfg.Prefixes)
+	var tok *tokenizer.Tokenizer
+	if cfg.PrefixWords > 0 {
+		var err error
+		if tok, err = tokenizer.New(); err != nil {
+			return nil, fmt.Errorf("bench: --prefix-words needs the tokenizer: %w", err)
+		}
+	}
+	for k := range out {
+		if tok != nil {
+			out[k] = AppendWordPrefix(nil, k, tok.Encode(b.WordText(k, cfg.PrefixWords)))
+		} else {
+			out[k] = b.AppendPrefix(nil, k, cfg.PrefixTokens)
+		}
+	}
+	return out, nil
+}

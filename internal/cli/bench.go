@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
+)
+
+func init() {
+	register(command{name: "bench", summary: "load-test a deployment: routing, disagg, trace or selftest", run: runBench})
+}
+
+const benchUsage = `usage: switchyard bench <routing|disagg|trace|selftest> [flags]
+
+  routing   N requests over K shared prefixes (+ unique suffixes) after a warm-up
+  disagg    prompt-size sweep, one request at a time, unique prompts
+  trace     replay a Mooncake (JSONL) or Azure (CSV) trace's arrivals and lengths
+  selftest  drive an in-process trivial SSE server to measure bench itself
+
+`
+
+// parseBench turns the command line into a validated bench.Config plus the
+// output paths. It writes usage errors to stderr and returns an exit code
+// (-1 to go on).
+func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath string, code int) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprint(env.Stderr, benchUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return cfg, "", "", ExitOK
+		}
+		fmt.Fprintln(env.Stderr, "switchyard bench: name a scenario first, e.g. 'switchyard bench routing --url http://127.0.0.1:8000'")
+		return cfg, "", "", ExitUsage
+	}
+	cfg = bench.DefaultConfig()
+	cfg.Scenario = bench.Scenario(args[0])
+	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL")
+	fs.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models)")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
+	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")
+	fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "measured requests (routing, selftest)")
+	fs.IntVar(&cfg.Prefixes, "prefixes", cfg.Prefixes, "shared prefixes (routing)")
+	fs.IntVar(&cfg.PrefixTokens, "prefix-tokens", cfg.PrefixTokens, "prefix length in random token IDs (routing)")
+	fs.IntVar(&cfg.PrefixWords, "prefix-words", 0, "prefix length in English words; overrides --prefix-tokens (routing)")
+	fs.IntVar(&cfg.SuffixTokens, "suffix-tokens", cfg.SuffixTokens, "unique suffix per request (routing)")
+	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up requests, excluded from results (routing; default one per prefix)")
+	promptTokens := fs.String("prompt-tokens", "500,1500,3000", "prompt sizes to sweep (disagg)")
+	fs.IntVar(&cfg.Repeats, "repeats", cfg.Repeats, "requests per prompt size (disagg)")
+	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (trace)")
+	fs.StringVar(&cfg.TraceFormat, "format", cfg.TraceFormat, "trace format: mooncake or azure (trace)")
+	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
+	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests (0 = all)")
+	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "completion tokens per request (routing, disagg, selftest)")
+	concurrency := fs.Int("concurrency", -1, "max requests in flight (default 4; selftest 64; trace unlimited = 0)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "Poisson arrival rate in requests/s (0 = as fast as --concurrency allows)")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed for every random choice")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
+	policies := fs.String("compare-policies", "", "comma-separated router policies to compare, e.g. kv,round-robin,random")
+	fs.BoolVar(&cfg.ResetCache, "reset-cache", false, "reset worker prefix caches before the run (always on with --compare-policies)")
+	fs.IntVar(&cfg.BlockSize, "block-size", 0, "KV block size for the hit count (default: from /health, else 16)")
+	fs.DurationVar(&cfg.TTFTSLO, "ttft-slo", cfg.TTFTSLO, "goodput SLO on time to first token")
+	fs.DurationVar(&cfg.ITLSLO, "itl-slo", cfg.ITLSLO, "goodput SLO on a request's mean inter-token latency")
+	fs.StringVar(&jsonPath, "json", "", "write per-request records and aggregates to this JSON file")
+	fs.StringVar(&plotPath, "plot", "", "write the TTFT CDF to FILE.png and the hit ratio over time to FILE-hits.png")
+	if code := parseFlags(fs, args[1:], env); code >= 0 {
+		return cfg, "", "", code
+	}
+	if cfg.Scenario == bench.ScenarioSelftest {
+		if !flagSet(fs, "requests") {
+			cfg.Requests = 20000
+		}
+		if !flagSet(fs, "max-tokens") {
+			cfg.MaxTokens = 4
+		}
+		cfg.Prefixes, cfg.PrefixTokens, cfg.SuffixTokens, cfg.Warmup = 4, 64, 8, 0
+	}
+	switch {
+	case *concurrency >= 0:
+		cfg.Concurrency = *concurrency
+	case cfg.Scenario == bench.ScenarioTrace:
+		cfg.Concurrency = 0
+	case cfg.Scenario == bench.ScenarioSelftest:
+		cfg.Concurrency = 64
+	}
+	if flagSet(fs, "prefix-words") && flagSet(fs, "prefix-tokens") {
+		fmt.Fprintln(env.Stderr, "switchyard bench: give --prefix-words or --prefix-tokens, not both")
+		return cfg, "", "", ExitUsage
+	}
+	var err error
+	if cfg.PromptTokens, err = parseInts(*promptTokens); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard bench: --prompt-tokens %q: %v (want e.g. 500,1500,3000)\n", *promptTokens, err)
+		return cfg, "", "", ExitUsage
+	}
+	if *policies != "" {
+		cfg.Policies = strings.Split(*policies, ",")
+		for i := range cfg.Policies {
+			cfg.Policies[i] = strings.TrimSpace(cfg.Policies[i])
+		}
+	}
+	if plotPath != "" && !strings.HasSuffix(plotPath, ".png") {
+		fmt.Fprintf(env.Stderr, "switchyard bench: --plot %q: want a .png file name\n", plotPath)
+		return cfg, "", "", ExitUsage
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return cfg, "", "", ExitUsage
+	}
+	return cfg, jsonPath, plotPath, -1
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func runBench(ctx context.Context, args []string, env Env) int {
+	cfg, jsonPath, plotPath, code := parseBench(args, env)
+	if code >= 0 {
+		return code
+	}
+	progress := bench.NewProgress(env.Stderr, isTerminal(env.Stderr))
+	var rep *bench.Report
+	var err error
+	if cfg.Scenario == bench.ScenarioSelftest {
+		rep, err = bench.Selftest(ctx, cfg, progress)
+	} else {
+		rep, err = bench.Run(ctx, cfg, progress)
+	}
+	if rep != nil && len(rep.Runs) > 0 {
+		if werr := bench.WriteTable(env.Stdout, rep); werr != nil {
+			err = errors.Join(err, werr)
+		}
+		if cfg.Scenario == bench.ScenarioSelftest {
+			fmt.Fprintf(env.Stdout, "\nselftest: bench sustained %.0f streamed requests/s (%d chunks each, concurrency %d) against an in-process trivial server\n",
+				rep.Runs[0].Aggregate.RequestsPerS, cfg.MaxTokens, cfg.Concurrency)
+		}
+		if jsonPath != "" {
+			if werr := bench.WriteJSON(jsonPath, rep); werr != nil {
+				err = errors.Join(err, werr)
+			} else {
+				fmt.Fprintf(env.Stderr, "bench: wrote %s\n", jsonPath)
+			}
+		}
+		if plotPath != "" {
+			if werr := bench.WritePlots(plotPath, rep); werr != nil {
+				err = errors.Join(err, werr)
+			} else {
+				a, b := bench.PlotPaths(plotPath)
+				fmt.Fprintf(env.Stderr, "bench: wrote %s and %s\n", a, b)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", err)
+		return ExitFail
+	}
+	return ExitOK
+}
+
+// isTerminal reports whether w is a character device (a TTY), without
+// pulling in a terminal library.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
