@@ -1,0 +1,180 @@
+package frontend
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+)
+
+// firstRouter picks the first candidate; the benchmarks measure the
+// frontend, not a policy.
+type firstRouter struct{}
+
+func (firstRouter) Pick(_ context.Context, req RouteRequest) (Decision, error) {
+	return Decision{WorkerID: req.Candidates[0], Policy: "first"}, nil
+}
+func (firstRouter) Policy() string                   { return "first" }
+func (firstRouter) Policies() []string               { return []string{"first"} }
+func (firstRouter) SetPolicy(string) error           { return nil }
+func (firstRouter) Overlaps([]uint64) map[string]int { return nil }
+
+// renderedStream is a whole chat stream of n tokens with usage, as bytes.
+func renderedStream(n int) []byte {
+	usage := &openai.Usage{PromptTokens: 20, CompletionTokens: n, TotalTokens: 20 + n,
+		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 16}}
+	var b bytes.Buffer
+	for _, ev := range streamEvents(true, n, true, usage) {
+		b.WriteString("data: ")
+		b.Write(ev)
+		b.WriteString("\n\n")
+	}
+	b.WriteString("data: [DONE]\n\n")
+	return b.Bytes()
+}
+
+// benchSetup starts a worker that answers every request with stream and a
+// frontend in front of it.
+func benchSetup(b *testing.B, stream []byte, flushEach bool) (worker, front string, client *http.Client) {
+	b.Helper()
+	ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		if !flushEach {
+			_, _ = w.Write(stream)
+			return
+		}
+		f := w.(http.Flusher)
+		for rest := stream; len(rest) > 0; {
+			i := bytes.Index(rest, []byte("\n\n")) + 2
+			_, _ = w.Write(rest[:i])
+			f.Flush()
+			rest = rest[i:]
+		}
+	}))
+	b.Cleanup(ws.Close)
+	pool := &fakePool{workers: []Worker{{ID: "w", Role: RoleAggregated, Model: testModel, URL: ws.URL}}}
+	s, err := New(Config{Model: testModel, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Deps{Workers: pool, Router: firstRouter{}, Index: firstRouter{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fs := httptest.NewServer(s.Handler())
+	b.Cleanup(func() { fs.Close(); s.Close() })
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+	b.Cleanup(tr.CloseIdleConnections)
+	return ws.URL, fs.URL, &http.Client{Transport: tr}
+}
+
+const benchPrompt = `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"Write one word."}],"stream":true,"stream_options":{"include_usage":true}}`
+
+func post(b *testing.B, c *http.Client, url string, want []byte) time.Duration {
+	t0 := time.Now()
+	resp, err := c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(benchPrompt))
+	if err != nil {
+		b.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(t0)
+	if err != nil || resp.StatusCode != 200 || !bytes.Equal(got, want) {
+		b.Fatalf("status %d err %v: body %q", resp.StatusCode, err, got)
+	}
+	return d
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(p*float64(len(s)-1))]
+}
+
+// BenchmarkOverheadLatency measures what the frontend adds to a short
+// streamed chat request: each iteration sends one request straight to the
+// worker and one through the frontend, paced at 500 frontend requests per
+// second. It reports p50 and p99 of (through frontend − direct).
+//
+//	go test -run '^$' -bench OverheadLatency -benchtime 2000x ./internal/frontend
+func BenchmarkOverheadLatency(b *testing.B) {
+	stream := renderedStream(8)
+	worker, front, c := benchSetup(b, stream, true)
+	for range 50 { // warm connections and the tokenizer
+		post(b, c, worker, stream)
+		post(b, c, front, stream)
+	}
+	direct := make([]time.Duration, 0, b.N)
+	via := make([]time.Duration, 0, b.N)
+	const interval = 2 * time.Millisecond // 500 req/s through the frontend
+	start := time.Now()
+	b.ResetTimer()
+	for i := range b.N {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait) // pacing the load, not synchronisation
+		}
+		direct = append(direct, post(b, c, worker, stream))
+		via = append(via, post(b, c, front, stream))
+	}
+	b.StopTimer()
+	p50d, p50f := percentile(direct, 0.5), percentile(via, 0.5)
+	b.ReportMetric(float64(p50d.Microseconds()), "direct-p50-µs")
+	b.ReportMetric(float64(p50f.Microseconds()), "frontend-p50-µs")
+	b.ReportMetric(float64((p50f - p50d).Microseconds()), "added-p50-µs")
+	b.ReportMetric(float64((percentile(via, 0.99) - percentile(direct, 0.99)).Microseconds()), "added-p99-µs")
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "frontend-req/s")
+}
+
+// BenchmarkRelayThroughput streams 2,000-token answers through the
+// frontend (worker, frontend and client in one process) and reports relayed
+// tokens per second. Run with -cpu 1 for a per-core figure.
+//
+//	go test -run '^$' -bench RelayThroughput -cpu 1,2 ./internal/frontend
+func BenchmarkRelayThroughput(b *testing.B) {
+	const tokens = 2000
+	stream := renderedStream(tokens)
+	_, front, c := benchSetup(b, stream, false)
+	post(b, c, front, stream)
+	b.SetBytes(int64(len(stream)))
+	b.ResetTimer()
+	for range b.N {
+		post(b, c, front, stream)
+	}
+	b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkRelayLoop is the relay's inner loop alone: SSE in memory to
+// io.Discard, with inspection, TTFT/ITL histograms and usage decoding.
+//
+//	go test -run '^$' -bench RelayLoop -cpu 1 ./internal/frontend
+func BenchmarkRelayLoop(b *testing.B) {
+	const tokens = 2000
+	stream := renderedStream(tokens)
+	s, err := New(Config{Model: testModel, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Deps{Workers: &fakePool{}, Router: firstRouter{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := bytes.NewReader(stream)
+	br := bufio.NewReaderSize(src, 64<<10)
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	for range b.N {
+		src.Reset(stream)
+		br.Reset(src)
+		st := relayState{start: time.Now()}
+		if err := s.relayStream(io.Discard, nil, br, nil, &st); err != nil || !st.sawDone || st.usage.CompletionTokens != tokens {
+			b.Fatalf("relay: %v %+v", err, st)
+		}
+	}
+	b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
+}

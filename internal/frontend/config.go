@@ -1,0 +1,82 @@
+package frontend
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Disaggregation modes.
+const (
+	DisaggNever  = "never"
+	DisaggAlways = "always"
+	DisaggAuto   = "auto"
+)
+
+// Config configures a Server. Zero durations and sizes take the defaults
+// documented on each field.
+type Config struct {
+	Model     string // the served model name; required
+	BlockSize int    // KV block size in tokens; default 16
+
+	APIKey   string // if set, /v1/* requires it as a bearer token
+	AdminKey string // admin bearer token; see the package doc for fallbacks
+
+	MaxBodyBytes int64 // request body limit; default 8 MiB
+
+	ConnectTimeout time.Duration // dial to a worker; default 2 s
+	// HeaderTimeout bounds the wait for a worker's response headers. A
+	// non-streaming worker sends headers only when generation is done, so
+	// this also bounds a non-streaming generation. Default 60 s.
+	HeaderTimeout  time.Duration
+	IdleTimeout    time.Duration // longest gap between body chunks; default 30 s
+	RequestTimeout time.Duration // whole upstream exchange; default 10 min
+
+	DisaggMode string // never, always or auto (default); always and auto both ask the gate
+
+	Registry *prometheus.Registry // where the frontend registers its metrics; nil: a private one
+	Logger   *slog.Logger         // nil: slog.Default()
+}
+
+func (c *Config) setDefaults() error {
+	if c.Model == "" {
+		return fmt.Errorf("frontend: config: model name is required")
+	}
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.BlockSize < 0 {
+		return fmt.Errorf("frontend: config: block size %d must be positive", c.BlockSize)
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 8 << 20
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 2 * time.Second
+	}
+	if c.HeaderTimeout == 0 {
+		c.HeaderTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Minute
+	}
+	switch c.DisaggMode {
+	case "":
+		c.DisaggMode = DisaggAuto
+	case DisaggNever, DisaggAlways, DisaggAuto:
+	default:
+		return fmt.Errorf("frontend: config: disagg mode %q: want never, always or auto", c.DisaggMode)
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Roles a worker can take; the same strings as the worker registry uses.
+const (
+	RoleAggregated = "aggregated"
+	RolePrefill    = "prefill"
+	RoleDecode     = "decode"
+)
+
+// Load is a worker's most recent load report.
+type Load struct {
+	Running int     `json:"running"`
+	Waiting int     `json:"waiting"`
+	KVUsage float64 `json:"kv_usage"` // 0–1
+}
+
+// Worker is one worker as the frontend sees it.
+type Worker struct {
+	ID          string
+	Role        string // RoleAggregated, RolePrefill or RoleDecode
+	Model       string
+	URL         string // base URL of its OpenAI API, e.g. http://10.0.0.5:8001
+	MaxModelLen int
+	Load        Load
+}
+
+// Refusal is a worker that registered but may not serve (model or block size
+// mismatch, ...), with the reason.
+type Refusal struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Workers is the current view of the worker pool. Implementations must be
+// safe for concurrent use; the slices returned are not modified by the
+// frontend.
+type Workers interface {
+	List() []Worker
+	Refused() []Refusal
+}
+
+// RouteRequest is what the router gets for one pick.
+type RouteRequest struct {
+	RequestID    string
+	Hashes       []uint64 // block hashes of the prompt, chained from the cache_salt root
+	PromptTokens int
+	Candidates   []string // worker IDs the router may choose from; never empty
+}
+
+// Decision is the router's answer.
+type Decision struct {
+	WorkerID      string // one of the candidates
+	OverlapBlocks int    // leading blocks of the prompt the index says the worker holds
+	Policy        string // the policy that decided, e.g. "kv"
+}
+
+// Router picks workers and owns the routing policy.
+type Router interface {
+	Pick(ctx context.Context, req RouteRequest) (Decision, error)
+	Policy() string
+	Policies() []string
+	// SetPolicy switches the policy; it returns an error for an unknown name.
+	SetPolicy(name string) error
+}
+
+// InFlight is told about every request the frontend sends to a worker so
+// the router sees load between the workers' own load reports. Calls for one
+// request come in the order Started, FirstToken (at most once), Finished.
+type InFlight interface {
+	Started(workerID, requestID string, prefillBlocks int)
+	FirstToken(workerID, requestID string)
+	Finished(workerID, requestID string)
+}
+
+// EventStatus is a worker's KV-event health.
+type EventStatus struct {
+	State        string        `json:"state"` // healthy, resyncing, silent, disabled
+	Cause        string        `json:"cause,omitempty"`
+	Epoch        uint64        `json:"epoch"`
+	LastSeq      uint64        `json:"last_seq"`
+	LastEventAge time.Duration `json:"-"`
+	Batches      uint64        `json:"batches"`
+	Blocks       uint64        `json:"blocks"`
+	Gaps         uint64        `json:"gaps"`
+	Resyncs      uint64        `json:"resyncs"`
+	Malformed    uint64        `json:"malformed"`
+}
+
+// MarshalJSON adds last_event_age_s in seconds.
+func (e EventStatus) MarshalJSON() ([]byte, error) {
+	type plain EventStatus
+	return json.Marshal(struct {
+		plain
+		AgeSeconds float64 `json:"last_event_age_s"`
+	}{plain(e), e.LastEventAge.Seconds()})
+}
+
+// StateHealthy is the only event state that does not degrade /health.
+const StateHealthy = "healthy"
+
+// EventHealth reports the KV-event health of workers.
+type EventHealth interface {
+	// EventStatus returns the worker's status, or false if the consumer does
+	// not know the worker.
+	EventStatus(workerID string) (EventStatus, bool)
+}
+
+// Index answers prefix lookups for /admin/lookup.
+type Index interface {
+	// Overlaps returns, for each worker holding at least one leading block,
+	// how many leading blocks of hashes it holds.
+	Overlaps(hashes []uint64) map[string]int
+}
+
+// GateInput describes one request to the disaggregation gate.
+type GateInput struct {
+	RequestID            string
+	PromptTokens         int
+	Decode               string // the decode worker the router chose
+	DecodeOverlapBlocks  int
+	Prefill              string // the prefill worker the router chose
+	PrefillOverlapBlocks int
+}
+
+// GateDecision is the gate's answer. Prefill, if not empty, overrides the
+// prefill worker the frontend proposed.
+type GateDecision struct {
+	Remote          bool
+	Reason          string
+	PredictedLocal  time.Duration
+	PredictedRemote time.Duration
+	KVBytes         int64
+	Prefill         string
+}
+
+// Observation is what the frontend measured for a gated request, sent after
+// the request completes. Transfer is zero when not known.
+type Observation struct {
+	RequestID string
+	Remote    bool
+	Predicted time.Duration // the prediction for the path taken
+	TTFT      time.Duration // measured at the frontend, from request arrival
+	From, To  string        // prefill and decode worker IDs (From is empty when local)
+	KVBytes   int64
+	Transfer  time.Duration
+}
+
+// Gate decides where prefill runs.
+type Gate interface {
+	Decide(ctx context.Context, in GateInput) GateDecision
+	Observe(o Observation)
+}
+
+// Tokenizer turns prompt text into token IDs; *tokenizer.Tokenizer fits.
+type Tokenizer interface {
+	Encode(text string) []uint32
+}
+
+// Deps are the components the frontend consumes. Workers and Router are
+// required; the rest are optional (nil disables what needs them).
+type Deps struct {
+	Workers   Workers
+	Router    Router
+	InFlight  InFlight
+	Events    EventHealth
+	Gate      Gate
+	Index     Index
+	Tokenizer Tokenizer // nil: the process-wide cl100k tokenizer
+}
+
+var errNoCandidates = errors.New("frontend: no candidate workers")

@@ -1,0 +1,67 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// prefillParams are the kv_transfer_params of a prefill request, as vLLM's
+// P/D proxy sends them.
+var prefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false}`)
+
+// remotePrefill runs the prefill step on p: the original request with
+// kv_transfer_params asking for remote decode, stream off and one output
+// token. It returns p's kv_transfer_params, an opaque dictionary the decode
+// worker understands.
+func (s *Server) remotePrefill(ctx context.Context, ep endpoint, pr *parsedRequest, p Worker, reqID string) (json.RawMessage, error) {
+	body, err := rewriteBody(pr.body, map[string]json.RawMessage{
+		"kv_transfer_params":    prefillParams,
+		"stream":                json.RawMessage("false"),
+		"max_tokens":            json.RawMessage("1"),
+		"max_completion_tokens": nil,
+		"stream_options":        nil,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if s.deps.InFlight != nil {
+		s.deps.InFlight.Started(p.ID, reqID, len(pr.hashes))
+		defer s.deps.InFlight.Finished(p.ID, reqID)
+	}
+	ctr := s.inflightCounter(p.ID)
+	ctr.Add(1)
+	defer ctr.Add(-1)
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+ep.path, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("frontend: prefill on %s: %w", p.ID, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(headerRequestID, reqID)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("frontend: prefill on %s: %w", p.ID, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("frontend: prefill on %s: read answer: %w", p.ID, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("frontend: prefill on %s: status %d: %s", p.ID, resp.StatusCode, bytes.TrimSpace(data[:min(len(data), 512)]))
+	}
+	var out struct {
+		KVTransferParams json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("frontend: prefill on %s: decode answer: %w", p.ID, err)
+	}
+	if len(out.KVTransferParams) == 0 || bytes.Equal(out.KVTransferParams, []byte("null")) {
+		return nil, fmt.Errorf("frontend: prefill on %s: answer has no kv_transfer_params", p.ID)
+	}
+	return out.KVTransferParams, nil
+}

@@ -1,0 +1,297 @@
+package frontend
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+)
+
+const chatStreamBody = `{"model":"qwen3-0.6b","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say something about switchyards and trains, at some length please."}],"stream":true,"stream_options":{"include_usage":true},"cache_salt":"tenant-a","max_tokens":8}`
+
+func TestChatStreamRelaysBytesHeadersAndUsage(t *testing.T) {
+	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
+	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))
+	h.router.prefer = []string{"w-b"}
+	h.router.overlap = 2
+
+	resp, body := h.do(t, "POST", "/v1/chat/completions", chatStreamBody)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	for k, want := range map[string]string{HeaderWorker: "w-b", HeaderOverlapTokens: "32", HeaderPolicy: "kv", "Content-Type": "text/event-stream"} {
+		if got := resp.Header.Get(k); got != want {
+			t.Errorf("header %s = %q, want %q", k, got, want)
+		}
+	}
+	if got := resp.Header.Get(HeaderPrefill); got != "" {
+		t.Errorf("aggregated path set %s = %q", HeaderPrefill, got)
+	}
+	// The relay passes the worker's events through byte for byte.
+	usage := &openai.Usage{PromptTokens: 100, CompletionTokens: 5, TotalTokens: 105, PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 32}}
+	var want bytes.Buffer
+	for _, ev := range streamEvents(true, 5, true, usage) {
+		want.WriteString("data: " + string(ev) + "\n\n")
+	}
+	want.WriteString("data: [DONE]\n\n")
+	if !bytes.Equal(body, want.Bytes()) {
+		t.Errorf("relayed stream differs from the worker's:\n got %q\nwant %q", body, want.Bytes())
+	}
+	// The worker got the client's body unchanged.
+	if got := b.received(); len(got) != 1 || string(got[0]) != chatStreamBody {
+		t.Errorf("worker received %q, want the original body", got)
+	}
+	if n := len(a.received()); n != 0 {
+		t.Errorf("unpicked worker received %d requests", n)
+	}
+	// The router saw the block hashes of the templated, salted prompt.
+	var req openai.CompletionRequest
+	if err := json.Unmarshal([]byte(chatStreamBody), &req); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := tokenizer.New()
+	toks := tok.Encode(tokenizer.ChatPrompt(req.Messages))
+	wantHashes := kvindex.HashChain(nil, "tenant-a", toks, 16)
+	picks := h.router.recorded()
+	if len(picks) != 1 {
+		t.Fatalf("router picks = %d, want 1", len(picks))
+	}
+	if !slices.Equal(picks[0].Hashes, wantHashes) || picks[0].PromptTokens != len(toks) || len(wantHashes) == 0 {
+		t.Errorf("router got %d hashes for %d tokens, want %d for %d", len(picks[0].Hashes), picks[0].PromptTokens, len(wantHashes), len(toks))
+	}
+	if got := value(t, h.s.m.cacheHit); got != 32 {
+		t.Errorf("cache-hit tokens = %v, want 32", got)
+	}
+	if got := value(t, h.s.m.promptToks); got != 100 {
+		t.Errorf("prompt tokens = %v, want 100", got)
+	}
+	if got := value(t, h.s.m.ttft); got != 1 {
+		t.Errorf("ttft samples = %v, want 1", got)
+	}
+	if got := value(t, h.s.m.itl); got != 4 { // 5 content chunks, 4 gaps
+		t.Errorf("itl samples = %v, want 4", got)
+	}
+	if got := value(t, h.s.m.requests.WithLabelValues("chat", "200")); got != 1 {
+		t.Errorf("requests{chat,200} = %v, want 1", got)
+	}
+}
+
+func TestCompletionsNonStreamingWithTokenPrompt(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{BlockSize: 4}, Deps{}, a.worker(RoleAggregated))
+	body := `{"model":"qwen3-0.6b","prompt":[1,2,3,4,5,6,7,8,9],"max_tokens":3}`
+	resp, got := h.do(t, "POST", "/v1/completions", body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, got)
+	}
+	var cr openai.CompletionResponse
+	if err := json.Unmarshal(got, &cr); err != nil {
+		t.Fatalf("decode %q: %v", got, err)
+	}
+	if cr.Usage == nil || cr.Usage.PromptTokensDetails == nil || cr.Usage.PromptTokensDetails.CachedTokens != 32 {
+		t.Errorf("usage %+v does not carry cached_tokens 32", cr.Usage)
+	}
+	want := kvindex.HashChain(nil, "", []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9}, 4)
+	if p := h.router.recorded(); len(p) != 1 || !slices.Equal(p[0].Hashes, want) || len(want) != 2 {
+		t.Errorf("router hashes = %v, want %v", p, want)
+	}
+	if got := value(t, h.s.m.cacheHit); got != 32 {
+		t.Errorf("cache-hit tokens = %v, want 32", got)
+	}
+	if got := resp.Header.Get(HeaderWorker); got != "w-a" {
+		t.Errorf("worker header = %q", got)
+	}
+}
+
+func TestModels(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated))
+	resp, body := h.do(t, "GET", "/v1/models", "")
+	var ml openai.ModelList
+	if err := json.Unmarshal(body, &ml); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %d body %q: %v", resp.StatusCode, body, err)
+	}
+	if len(ml.Data) != 1 || ml.Data[0].ID != testModel || ml.Data[0].MaxModelLen != 4096 || ml.Object != "list" {
+		t.Errorf("models = %+v", ml)
+	}
+}
+
+func decodeError(t testing.TB, body []byte) openai.ErrorBody {
+	t.Helper()
+	var e openai.ErrorResponse
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("body %q is not an OpenAI error: %v", body, err)
+	}
+	return e.Error
+}
+
+func TestValidation(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{MaxBodyBytes: 1024}, Deps{}, a.worker(RoleAggregated))
+	tests := []struct {
+		name, path, body string
+		status           int
+		param            string
+	}{
+		{"malformed json", "/v1/completions", `{"model":`, 400, ""},
+		{"trailing garbage", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x"} x`, 400, ""},
+		{"wrong type stream", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","stream":"yes"}`, 400, "stream"},
+		{"wrong type max_tokens", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":"5"}`, 400, "max_tokens"},
+		{"wrong type prompt", "/v1/completions", `{"model":"qwen3-0.6b","prompt":{"a":1}}`, 400, "prompt"},
+		{"missing model", "/v1/completions", `{"prompt":"x"}`, 400, "model"},
+		{"unknown model", "/v1/completions", `{"model":"gpt-9","prompt":"x"}`, 404, "model"},
+		{"missing prompt", "/v1/completions", `{"model":"qwen3-0.6b"}`, 400, "prompt"},
+		{"missing messages", "/v1/chat/completions", `{"model":"qwen3-0.6b"}`, 400, "messages"},
+		{"zero max_tokens", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":0}`, 400, "max_tokens"},
+		{"negative max_completion_tokens", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"x"}],"max_completion_tokens":-1}`, 400, "max_completion_tokens"},
+		{"stream_options without stream", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","stream_options":{"include_usage":true}}`, 400, "stream_options"},
+		{"body too large", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"` + strings.Repeat("x", 2000) + `"}`, 413, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := h.do(t, "POST", tc.path, tc.body)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status = %d, want %d (%s)", resp.StatusCode, tc.status, body)
+			}
+			e := decodeError(t, body)
+			if e.Code != tc.status || e.Message == "" || e.Type == "" {
+				t.Errorf("error = %+v", e)
+			}
+			gotParam := ""
+			if e.Param != nil {
+				gotParam = *e.Param
+			}
+			if gotParam != tc.param {
+				t.Errorf("param = %q, want %q", gotParam, tc.param)
+			}
+		})
+	}
+	if n := len(a.received()); n != 0 {
+		t.Errorf("invalid requests reached the worker %d times", n)
+	}
+}
+
+func TestAPIKey(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{APIKey: "sk-test", AdminKey: "admin"}, Deps{}, a.worker(RoleAggregated))
+	body := `{"model":"qwen3-0.6b","prompt":"hello"}`
+	tests := []struct {
+		name, method, path, auth string
+		status                   int
+	}{
+		{"no key", "POST", "/v1/completions", "", 401},
+		{"wrong key", "POST", "/v1/completions", "Bearer nope", 401},
+		{"api key", "POST", "/v1/completions", "Bearer sk-test", 200},
+		{"admin key works for api", "POST", "/v1/completions", "Bearer admin", 200},
+		{"models need key", "GET", "/v1/models", "", 401},
+		{"health open", "GET", "/health", "", 200},
+		{"metrics open", "GET", "/metrics", "", 200},
+		{"admin with api key", "GET", "/admin/router", "Bearer sk-test", 401},
+		{"admin with admin key", "GET", "/admin/router", "Bearer admin", 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, got := h.do(t, tc.method, tc.path, body, "Authorization", tc.auth)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status = %d, want %d: %s", resp.StatusCode, tc.status, got)
+			}
+			if tc.status == 401 {
+				if e := decodeError(t, got); e.Type != openai.TypeAuthentication || e.Code != 401 {
+					t.Errorf("error = %+v", e)
+				}
+			}
+		})
+	}
+}
+
+func TestNoWorkerAvailable(t *testing.T) {
+	p := newFakeWorker(t, "w-p")
+	tests := []struct {
+		name    string
+		workers []Worker
+		refused []Refusal
+		reason  string
+	}{
+		{"none registered", nil, nil, "no workers registered"},
+		{"all refused", nil, []Refusal{{ID: "w-x", Reason: "block size 32, want 16"}}, "refused"},
+		{"only prefill", []Worker{p.worker(RolePrefill)}, nil, "no aggregated or decode worker"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Config{}, Deps{}, tc.workers...)
+			h.pool.refused = tc.refused
+			resp, body := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi"}`)
+			if resp.StatusCode != 503 {
+				t.Fatalf("status = %d, want 503", resp.StatusCode)
+			}
+			e := decodeError(t, body)
+			if e.Type != openai.TypeUnavailable || !strings.Contains(e.Message, tc.reason) {
+				t.Errorf("error = %+v, want type %s mentioning %q", e, openai.TypeUnavailable, tc.reason)
+			}
+			resp, body = h.do(t, "GET", "/health", "")
+			var hl Health
+			if err := json.Unmarshal(body, &hl); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != 503 || hl.Status != HealthUnavailable || !strings.Contains(hl.Reason, tc.reason) {
+				t.Errorf("health = %d %+v", resp.StatusCode, hl)
+			}
+		})
+	}
+}
+
+func TestRouterErrorIs503(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated))
+	h.router.err = errors.New("index not ready")
+	resp, body := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi"}`)
+	if e := decodeError(t, body); resp.StatusCode != 503 || !strings.Contains(e.Message, "index not ready") {
+		t.Errorf("status %d error %+v", resp.StatusCode, e)
+	}
+}
+
+func TestInFlightOrder(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	inf := &fakeInFlight{}
+	h := newHarness(t, Config{}, Deps{InFlight: inf}, a.worker(RoleAggregated))
+	h.router.overlap = 1
+	resp, _ := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":[`+strings.Repeat("1,", 47)+`1],"stream":true}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	want := []string{"start w-a 2", "first w-a", "end w-a"} // 48 tokens = 3 blocks, 1 cached
+	if got := inf.recorded(); !slices.Equal(got, want) {
+		t.Errorf("in-flight events = %q, want %q", got, want)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated))
+	h.do(t, "POST", "/v1/chat/completions", chatStreamBody)
+	_, body := h.do(t, "GET", "/metrics", "")
+	for _, name := range []string{"switchyard_requests_total{code=\"200\",endpoint=\"chat\"} 1", "switchyard_ttft_seconds_bucket",
+		"switchyard_itl_seconds_count 4", "switchyard_cache_hit_tokens_total 32", "switchyard_prompt_tokens_total 100"} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("/metrics lacks %q", name)
+		}
+	}
+}
+
+func TestOverlapHeaderUsesBlockSize(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{BlockSize: 32}, Deps{}, a.worker(RoleAggregated))
+	h.router.overlap = 3
+	resp, _ := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi"}`)
+	if got, _ := strconv.Atoi(resp.Header.Get(HeaderOverlapTokens)); got != 96 {
+		t.Errorf("overlap tokens = %d, want 96", got)
+	}
+}

@@ -1,0 +1,282 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+)
+
+// route is where one request goes and why.
+type route struct {
+	target  Worker
+	overlap int // blocks, per the router
+	policy  string
+
+	gated   bool // the gate was consulted
+	gate    GateDecision
+	prefill Worker // the prefill worker, when gate.Remote
+	kvBytes int64  // bytes moved, when the remote prefill succeeded
+}
+
+func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
+	return func(w0 http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		w := &statusWriter{ResponseWriter: w0}
+		defer func() {
+			code := w.status
+			if code == 0 {
+				code = 499 // client went away before any answer (nginx's convention)
+			}
+			s.m.requests.WithLabelValues(ep.name, strconv.Itoa(code)).Inc()
+		}()
+		if !s.apiAuthorized(r) {
+			s.fail(w, &apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
+				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
+			return
+		}
+		pin := r.Header.Get(HeaderPinWorker)
+		if pin != "" && !s.adminAuthorized(r) {
+			s.fail(w, &apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
+				msg: "frontend: " + HeaderPinWorker + " needs admin access", kind: errKindUnauthorized})
+			return
+		}
+		pr, aerr := s.readRequest(w, r, ep)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		reqID := r.Header.Get(headerRequestID)
+		if reqID == "" {
+			reqID = s.newRequestID()
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		if aerr := s.serve(ctx, w, r, ep, pr, reqID, pin, start); aerr != nil {
+			s.fail(w, aerr)
+		}
+	}
+}
+
+// fail writes an OpenAI error and counts it.
+func (s *Server) fail(w http.ResponseWriter, e *apiError) {
+	s.m.errors.WithLabelValues(e.kind).Inc()
+	openai.WriteError(w, e.status, e.typ, e.param, e.msg)
+}
+
+// serve routes and forwards one validated request. It returns an error only
+// if nothing has been written to w yet.
+func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint, pr *parsedRequest, reqID, pin string, start time.Time) *apiError {
+	workers := s.deps.Workers.List()
+	var rt route
+	var serving []Worker
+	if pin != "" {
+		i := slices.IndexFunc(workers, func(wk Worker) bool { return wk.ID == pin })
+		if i < 0 {
+			return badRequest(HeaderPinWorker, "frontend: pinned worker %q is not registered", pin)
+		}
+		rt = route{target: workers[i], policy: "pinned"}
+		if s.deps.Index != nil {
+			rt.overlap = s.deps.Index.Overlaps(pr.hashes)[pin]
+		}
+	} else {
+		serving = s.servingWorkers(workers)
+		if len(serving) == 0 {
+			return s.unavailable(workers)
+		}
+		var aerr *apiError
+		if rt, aerr = s.plan(ctx, pr, reqID, workers, serving); aerr != nil {
+			return aerr
+		}
+	}
+
+	body := pr.body
+	if rt.gated && rt.gate.Remote {
+		kvp, err := s.remotePrefill(ctx, ep, pr, rt.prefill, reqID)
+		if err == nil {
+			body, err = rewriteBody(pr.body, map[string]json.RawMessage{"kv_transfer_params": kvp})
+		}
+		if err != nil {
+			if r.Context().Err() != nil {
+				s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
+				return nil
+			}
+			s.m.fallbacks.Inc()
+			s.m.errors.WithLabelValues(errKindPrefill).Inc()
+			s.log.Warn("remote prefill failed; prefilling locally", "request_id", reqID,
+				"prefill", rt.prefill.ID, "decode", rt.target.ID, "err", err)
+			rt.gate.Remote = false
+			rt.gate.Reason = "remote prefill failed, fell back to local: " + rt.gate.Reason
+			body = pr.body
+		} else {
+			rt.kvBytes = rt.gate.KVBytes
+		}
+	}
+
+	for attempt := 0; ; attempt++ {
+		res, err := s.forward(ctx, w, r, ep, pr, body, reqID, &rt, start)
+		if err == nil {
+			if rt.gated && s.deps.Gate != nil && res.ttft > 0 {
+				o := Observation{RequestID: reqID, Remote: rt.gate.Remote, TTFT: res.ttft, To: rt.target.ID, KVBytes: rt.kvBytes,
+					Predicted: rt.gate.PredictedLocal}
+				if rt.gate.Remote {
+					o.From, o.Predicted = rt.prefill.ID, rt.gate.PredictedRemote
+				}
+				s.deps.Gate.Observe(o)
+			}
+			return nil
+		}
+		var ue *upstreamError
+		if !errors.As(err, &ue) {
+			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer, msg: err.Error(), kind: errKindUpstreamConn}
+		}
+		if ue.clientGone {
+			s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
+			return nil
+		}
+		s.m.errors.WithLabelValues(ue.kind).Inc()
+		s.log.Warn("worker failed before first byte", "request_id", reqID, "worker", rt.target.ID, "attempt", attempt, "err", err)
+		if attempt > 0 || pin != "" {
+			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer, msg: err.Error(), kind: ue.kind}
+		}
+		rest := slices.DeleteFunc(slices.Clone(serving), func(wk Worker) bool { return wk.ID == rt.target.ID })
+		if len(rest) == 0 {
+			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer,
+				msg: err.Error() + " (no other worker to retry on)", kind: ue.kind}
+		}
+		dec, perr := s.pick(ctx, pr, reqID, rest)
+		if perr != nil {
+			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer,
+				msg: fmt.Sprintf("%v; retry: %v", err, perr), kind: errKindRouter}
+		}
+		s.m.retries.Inc()
+		i := slices.IndexFunc(rest, func(wk Worker) bool { return wk.ID == dec.WorkerID })
+		rt.target, rt.overlap, rt.policy = rest[i], dec.OverlapBlocks, dec.Policy
+	}
+}
+
+// servingWorkers are the workers that may take a client request: aggregated
+// and decode workers of the served model.
+func (s *Server) servingWorkers(all []Worker) []Worker {
+	out := make([]Worker, 0, len(all))
+	for _, wk := range all {
+		if wk.Model == s.cfg.Model && (wk.Role == RoleAggregated || wk.Role == RoleDecode) {
+			out = append(out, wk)
+		}
+	}
+	return out
+}
+
+// unavailableReason says why no worker can serve, or "" if one can.
+func (s *Server) unavailableReason(all []Worker) string {
+	if len(s.servingWorkers(all)) > 0 {
+		return ""
+	}
+	refused := s.deps.Workers.Refused()
+	switch {
+	case len(all) == 0 && len(refused) == 0:
+		return "no workers registered"
+	case len(all) == 0:
+		return fmt.Sprintf("all %d registered workers were refused (first: %s: %s)", len(refused), refused[0].ID, refused[0].Reason)
+	default:
+		return fmt.Sprintf("no aggregated or decode worker serves model %q (%d workers registered, %d refused)", s.cfg.Model, len(all), len(refused))
+	}
+}
+
+func (s *Server) unavailable(all []Worker) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable,
+		msg: "frontend: no worker available: " + s.unavailableReason(all), kind: errKindNoWorkers}
+}
+
+// pick asks the router to choose among candidates and checks its answer.
+func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, candidates []Worker) (Decision, error) {
+	if len(candidates) == 0 {
+		return Decision{}, errNoCandidates
+	}
+	ids := make([]string, len(candidates))
+	for i, wk := range candidates {
+		ids[i] = wk.ID
+	}
+	dec, err := s.deps.Router.Pick(ctx, RouteRequest{RequestID: reqID, Hashes: pr.hashes, PromptTokens: len(pr.tokens), Candidates: ids})
+	if err != nil {
+		return Decision{}, fmt.Errorf("frontend: router: %w", err)
+	}
+	if !slices.Contains(ids, dec.WorkerID) {
+		return Decision{}, fmt.Errorf("frontend: router picked %q, not a candidate", dec.WorkerID)
+	}
+	return dec, nil
+}
+
+// plan picks the serving worker and, when it is a decode worker and a
+// prefill pool exists, asks the gate where prefill runs.
+func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all, serving []Worker) (route, *apiError) {
+	dec, err := s.pick(ctx, pr, reqID, serving)
+	if err != nil {
+		return route{}, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, msg: err.Error(), kind: errKindRouter}
+	}
+	i := slices.IndexFunc(serving, func(wk Worker) bool { return wk.ID == dec.WorkerID })
+	rt := route{target: serving[i], overlap: dec.OverlapBlocks, policy: dec.Policy}
+	if rt.target.Role != RoleDecode || s.deps.Gate == nil || s.cfg.DisaggMode == DisaggNever {
+		return rt, nil
+	}
+	var prefills []Worker
+	for _, wk := range all {
+		if wk.Role == RolePrefill && wk.Model == s.cfg.Model {
+			prefills = append(prefills, wk)
+		}
+	}
+	if len(prefills) == 0 {
+		return rt, nil
+	}
+	pdec, err := s.pick(ctx, pr, reqID, prefills)
+	if err != nil {
+		// No usable prefill worker: prefill locally, and say so.
+		rt.gated = true
+		rt.gate = GateDecision{Reason: "no prefill worker: " + err.Error()}
+		return rt, nil
+	}
+	gd := s.deps.Gate.Decide(ctx, GateInput{
+		RequestID: reqID, PromptTokens: len(pr.tokens),
+		Decode: rt.target.ID, DecodeOverlapBlocks: rt.overlap,
+		Prefill: pdec.WorkerID, PrefillOverlapBlocks: pdec.OverlapBlocks,
+	})
+	rt.gated, rt.gate = true, gd
+	if gd.Remote {
+		pid := pdec.WorkerID
+		if gd.Prefill != "" {
+			pid = gd.Prefill
+		}
+		j := slices.IndexFunc(prefills, func(wk Worker) bool { return wk.ID == pid })
+		if j < 0 {
+			rt.gate.Remote = false
+			rt.gate.Reason = fmt.Sprintf("gate chose unknown prefill worker %q; prefilling locally", pid)
+			return rt, nil
+		}
+		rt.prefill = prefills[j]
+	}
+	return rt, nil
+}
+
+// setRouteHeaders writes the x-switchyard-* headers of rt.
+func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
+	h.Set(HeaderWorker, rt.target.ID)
+	h.Set(HeaderOverlapTokens, strconv.Itoa(rt.overlap*bs))
+	h.Set(HeaderPolicy, rt.policy)
+	if !rt.gated {
+		return
+	}
+	where, pred := "local", rt.gate.PredictedLocal
+	if rt.gate.Remote {
+		where, pred = "remote", rt.gate.PredictedRemote
+	}
+	h.Set(HeaderPrefill, where)
+	h.Set(HeaderDisaggReason, rt.gate.Reason)
+	h.Set(HeaderPredictedTTFT, strconv.FormatFloat(float64(pred)/float64(time.Millisecond), 'f', 3, 64))
+	h.Set(HeaderKVBytes, strconv.FormatInt(rt.kvBytes, 10))
+}

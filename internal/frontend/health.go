@@ -1,0 +1,85 @@
+package frontend
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+)
+
+// Health is the body of GET /health; its shape is documented in the package
+// comment.
+type Health struct {
+	Status    string         `json:"status"` // ok, degraded, unavailable
+	Reason    string         `json:"reason,omitempty"`
+	Model     string         `json:"model"`
+	BlockSize int            `json:"block_size"`
+	Policy    string         `json:"policy"`
+	Disagg    string         `json:"disagg"`
+	Workers   []WorkerHealth `json:"workers"`
+	Refused   []Refusal      `json:"refused"`
+}
+
+// WorkerHealth is one worker in /health.
+type WorkerHealth struct {
+	ID       string       `json:"id"`
+	Role     string       `json:"role"`
+	Model    string       `json:"model"`
+	URL      string       `json:"url"`
+	InFlight int64        `json:"inflight"` // requests this frontend has open on it
+	Load     Load         `json:"load"`
+	Events   *EventStatus `json:"events"`
+}
+
+// Health statuses.
+const (
+	HealthOK          = "ok"
+	HealthDegraded    = "degraded"
+	HealthUnavailable = "unavailable"
+)
+
+// Health reports the state of the deployment as /health serves it.
+func (s *Server) Health() Health {
+	workers := s.deps.Workers.List()
+	h := Health{
+		Status: HealthOK, Model: s.cfg.Model, BlockSize: s.cfg.BlockSize,
+		Policy: s.deps.Router.Policy(), Disagg: s.cfg.DisaggMode,
+		Workers: make([]WorkerHealth, 0, len(workers)),
+		Refused: s.deps.Workers.Refused(),
+	}
+	if h.Refused == nil {
+		h.Refused = []Refusal{}
+	}
+	var unhealthy []string
+	for _, wk := range workers {
+		wh := WorkerHealth{ID: wk.ID, Role: wk.Role, Model: wk.Model, URL: wk.URL, Load: wk.Load,
+			InFlight: s.inflightCounter(wk.ID).Load()}
+		st := EventStatus{State: "unknown", Cause: "no event consumer reports this worker"}
+		if s.deps.Events != nil {
+			if got, ok := s.deps.Events.EventStatus(wk.ID); ok {
+				st = got
+			}
+		}
+		wh.Events = &st
+		if st.State != StateHealthy {
+			unhealthy = append(unhealthy, fmt.Sprintf("%s events %s", wk.ID, st.State))
+		}
+		h.Workers = append(h.Workers, wh)
+	}
+	if reason := s.unavailableReason(workers); reason != "" {
+		h.Status, h.Reason = HealthUnavailable, reason
+	} else if len(unhealthy) > 0 {
+		h.Status, h.Reason = HealthDegraded, strings.Join(unhealthy, "; ")
+	}
+	return h
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	h := s.Health()
+	if h.Status == HealthUnavailable {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	openai.WriteJSON(w, h)
+}

@@ -1,0 +1,82 @@
+package frontend
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Error kinds of switchyard_errors_total.
+const (
+	errKindBadRequest     = "bad_request"
+	errKindUnauthorized   = "unauthorized"
+	errKindNoWorkers      = "no_workers"
+	errKindRouter         = "router"
+	errKindUpstreamConn   = "upstream_connect"
+	errKindUpstreamStatus = "upstream_status"
+	errKindUpstreamStream = "upstream_stream"
+	errKindUpstreamIdle   = "upstream_idle_timeout"
+	errKindClientCanceled = "client_canceled"
+	errKindPrefill        = "prefill_failed"
+)
+
+// metrics are every collector the frontend defines. Router, event and gate
+// metrics belong to their packages and share the registry.
+type metrics struct {
+	requests   *prometheus.CounterVec // endpoint, code
+	ttft       prometheus.Histogram
+	itl        prometheus.Histogram
+	cacheHit   prometheus.Counter
+	promptToks prometheus.Counter
+	errors     *prometheus.CounterVec // kind
+	retries    prometheus.Counter
+	fallbacks  prometheus.Counter
+}
+
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_requests_total",
+			Help: "Requests served by the frontend, by endpoint and HTTP status code.",
+		}, []string{"endpoint", "code"}),
+		// TTFT spans 10 ms (cached, short prompt) to minutes (the field
+		// report's 3.4 s KV move, queued long prompts).
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_ttft_seconds",
+			Help:    "Time from request arrival at the frontend to the first content chunk relayed.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
+		}),
+		// Decode steps take ~5–100 ms on real GPUs; the simulated engine can be faster.
+		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "switchyard_itl_seconds",
+			Help:    "Gap between consecutive content chunks relayed to the client.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		cacheHit: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_cache_hit_tokens_total",
+			Help: "Prompt tokens served from the prefix cache, from the usage workers report.",
+		}),
+		promptToks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_prompt_tokens_total",
+			Help: "Prompt tokens, from the usage workers report.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_errors_total",
+			Help: "Frontend errors by kind.",
+		}, []string{"kind"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_retries_total",
+			Help: "Requests retried on another worker after a failure before the first byte.",
+		}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_prefill_fallbacks_total",
+			Help: "Remote prefills that failed and fell back to local prefill on the decode worker.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("frontend: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,136 @@
+package frontend
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+)
+
+// endpoint is one of the two completion endpoints.
+type endpoint struct {
+	name string // metrics label
+	path string // the worker path, the same as the client's
+	chat bool
+}
+
+var (
+	endpointChat        = endpoint{name: "chat", path: "/v1/chat/completions", chat: true}
+	endpointCompletions = endpoint{name: "completions", path: "/v1/completions"}
+)
+
+// apiError is an error on its way to the client as an OpenAI envelope.
+type apiError struct {
+	status int
+	typ    string
+	param  string
+	msg    string
+	kind   string // switchyard_errors_total label
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{status: http.StatusBadRequest, typ: openai.TypeInvalidRequest, param: param,
+		msg: fmt.Sprintf(format, args...), kind: errKindBadRequest}
+}
+
+// parsedRequest is a validated request: the original body (forwarded to the
+// worker), its decoded form, and its tokens and block hashes.
+type parsedRequest struct {
+	body   []byte
+	req    openai.CompletionRequest
+	tokens []uint32
+	hashes []uint64
+}
+
+// readRequest reads, bounds, decodes, validates and tokenizes a request.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint) (*parsedRequest, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: openai.TypeInvalidRequest,
+				msg: fmt.Sprintf("frontend: request body exceeds %d bytes", mbe.Limit), kind: errKindBadRequest}
+		}
+		return nil, badRequest("", "frontend: read request body: %v", err)
+	}
+	pr := &parsedRequest{body: body}
+	if err := json.Unmarshal(body, &pr.req); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := te.Field
+			// openai.Prompt names itself, and the decoder prefixes the path: "prompt.prompt".
+			if a, b, ok := strings.Cut(field, "."); ok && a == b {
+				field = a
+			}
+			return nil, badRequest(field, "frontend: field %q has the wrong type (got %s)", field, te.Value)
+		}
+		return nil, badRequest("", "frontend: request body is not valid JSON: %v", err)
+	}
+	req := &pr.req
+	if req.Model == "" {
+		return nil, badRequest("model", "frontend: model is required")
+	}
+	if req.Model != s.cfg.Model {
+		return nil, &apiError{status: http.StatusNotFound, typ: openai.TypeNotFound, param: "model",
+			msg: fmt.Sprintf("frontend: model %q is not served here; GET /v1/models lists %q", req.Model, s.cfg.Model), kind: errKindBadRequest}
+	}
+	if req.MaxTokens != nil && *req.MaxTokens <= 0 {
+		return nil, badRequest("max_tokens", "frontend: max_tokens must be positive, got %d", *req.MaxTokens)
+	}
+	if req.MaxCompletion != nil && *req.MaxCompletion <= 0 {
+		return nil, badRequest("max_completion_tokens", "frontend: max_completion_tokens must be positive, got %d", *req.MaxCompletion)
+	}
+	if req.StreamOptions != nil && !req.Stream {
+		return nil, badRequest("stream_options", "frontend: stream_options is only allowed with stream: true")
+	}
+	if ep.chat {
+		if len(req.Messages) == 0 {
+			return nil, badRequest("messages", "frontend: messages is required and must not be empty")
+		}
+		pr.tokens = s.tok.Encode(tokenizer.ChatPrompt(req.Messages))
+	} else {
+		switch {
+		case req.Prompt == nil:
+			return nil, badRequest("prompt", "frontend: prompt is required")
+		case req.Prompt.IsTokens:
+			if len(req.Prompt.Tokens) == 0 {
+				return nil, badRequest("prompt", "frontend: prompt token list must not be empty")
+			}
+			pr.tokens = req.Prompt.Tokens
+		default:
+			pr.tokens = s.tok.Encode(req.Prompt.Text)
+		}
+	}
+	pr.hashes = kvindex.HashChain(make([]uint64, 0, len(pr.tokens)/s.cfg.BlockSize), req.CacheSalt, pr.tokens, s.cfg.BlockSize)
+	return pr, nil
+}
+
+// rewriteBody returns body with the given top-level fields replaced (a nil
+// value deletes the field). Only the disaggregated path rewrites bodies;
+// everything else is forwarded byte for byte.
+func rewriteBody(body []byte, set map[string]json.RawMessage) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, fmt.Errorf("frontend: rewrite body: %w", err)
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(fields, k)
+		} else {
+			fields[k] = v
+		}
+	}
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("frontend: rewrite body: %w", err)
+	}
+	return out, nil
+}

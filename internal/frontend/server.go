@@ -1,0 +1,214 @@
+package frontend
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+)
+
+// Response headers the frontend sets.
+const (
+	HeaderWorker        = "x-switchyard-worker"
+	HeaderOverlapTokens = "x-switchyard-overlap-tokens"
+	HeaderPolicy        = "x-switchyard-policy"
+	HeaderPrefill       = "x-switchyard-prefill"
+	HeaderDisaggReason  = "x-switchyard-disagg-reason"
+	HeaderPredictedTTFT = "x-switchyard-predicted-ttft-ms"
+	HeaderKVBytes       = "x-switchyard-kv-bytes"
+	// HeaderPinWorker, on a request with admin access, bypasses the router.
+	HeaderPinWorker = "x-switchyard-pin-worker"
+	headerRequestID = "x-request-id"
+)
+
+// Server is the frontend. Build it with New.
+type Server struct {
+	cfg       Config
+	deps      Deps
+	tok       Tokenizer
+	m         *metrics
+	log       *slog.Logger
+	client    *http.Client
+	transport *http.Transport
+	mux       *http.ServeMux
+	started   time.Time
+	reqPrefix string
+	reqSeq    atomic.Uint64
+
+	// inflight counts requests per worker ID (values are *atomic.Int64),
+	// for /health; sync.Map because the key set is stable and read-mostly.
+	inflight sync.Map
+}
+
+// New validates cfg and builds a Server.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if deps.Workers == nil || deps.Router == nil {
+		return nil, fmt.Errorf("frontend: deps: Workers and Router are required")
+	}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now()}
+	s.tok = deps.Tokenizer
+	if s.tok == nil {
+		t, err := tokenizer.New()
+		if err != nil {
+			return nil, fmt.Errorf("frontend: %w", err)
+		}
+		s.tok = t
+	}
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s.m = m
+	s.reqPrefix = "sy-" + strconv.FormatInt(s.started.UnixNano()%1e12, 36) + "-"
+	s.transport = &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		ResponseHeaderTimeout: cfg.HeaderTimeout,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256, // one frontend fans many concurrent streams into few workers
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true, // relay bytes as the worker wrote them
+	}
+	s.client = &http.Client{Transport: s.transport}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCompletion(endpointChat))
+	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion(endpointCompletions))
+	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /health", s.handleHealth)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	s.mux.HandleFunc("GET /admin/router", s.admin(s.handleGetRouter))
+	s.mux.HandleFunc("PUT /admin/router", s.admin(s.handlePutRouter))
+	s.mux.HandleFunc("POST /admin/reset-cache", s.admin(s.handleResetCache))
+	s.mux.HandleFunc("GET /admin/events", s.admin(s.handleEvents))
+	s.mux.HandleFunc("POST /admin/lookup", s.admin(s.handleLookup))
+	return s, nil
+}
+
+// Handler returns the HTTP handler serving every endpoint.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Close releases idle connections to workers. In-flight requests are not
+// interrupted; shut the http.Server down first.
+func (s *Server) Close() { s.transport.CloseIdleConnections() }
+
+func (s *Server) newRequestID() string {
+	return s.reqPrefix + strconv.FormatUint(s.reqSeq.Add(1), 10)
+}
+
+func (s *Server) inflightCounter(id string) *atomic.Int64 {
+	if v, ok := s.inflight.Load(id); ok {
+		return v.(*atomic.Int64)
+	}
+	v, _ := s.inflight.LoadOrStore(id, new(atomic.Int64))
+	return v.(*atomic.Int64)
+}
+
+// bearer reports whether r carries "Authorization: Bearer key".
+func bearer(r *http.Request, key string) bool {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(key)) == 1
+}
+
+// apiAuthorized applies the /v1 rule: open when no keys are set, else the
+// API key or the admin key.
+func (s *Server) apiAuthorized(r *http.Request) bool {
+	if s.cfg.APIKey == "" {
+		return true
+	}
+	if bearer(r, s.cfg.APIKey) {
+		return true
+	}
+	return s.cfg.AdminKey != "" && bearer(r, s.cfg.AdminKey)
+}
+
+// adminAuthorized applies the admin rule documented in the package comment.
+func (s *Server) adminAuthorized(r *http.Request) bool {
+	key := s.cfg.AdminKey
+	if key == "" {
+		key = s.cfg.APIKey
+	}
+	if key != "" {
+		return bearer(r, key)
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.adminAuthorized(r) {
+			s.m.errors.WithLabelValues(errKindUnauthorized).Inc()
+			openai.WriteError(w, http.StatusUnauthorized, openai.TypeAuthentication, "",
+				"frontend: admin endpoints need Authorization: Bearer <admin key> (or a loopback client when no key is configured)")
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	if !s.apiAuthorized(r) {
+		s.m.errors.WithLabelValues(errKindUnauthorized).Inc()
+		openai.WriteError(w, http.StatusUnauthorized, openai.TypeAuthentication, "", "frontend: missing or wrong API key: send Authorization: Bearer <key>")
+		return
+	}
+	maxLen := 0
+	for _, wk := range s.deps.Workers.List() {
+		if wk.Model == s.cfg.Model && wk.MaxModelLen > 0 && (maxLen == 0 || wk.MaxModelLen < maxLen) {
+			maxLen = wk.MaxModelLen // the smallest, so every worker can take what we advertise
+		}
+	}
+	openai.WriteJSON(w, openai.ModelList{Object: "list", Data: []openai.Model{{
+		ID: s.cfg.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "switchyard", MaxModelLen: maxLen,
+	}}})
+}
+
+// statusWriter records the status code for metrics and keeps Flush.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
