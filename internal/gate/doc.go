@@ -1,0 +1,68 @@
+// Package gate decides, per request, whether prefill runs on the decode
+// worker D itself (local) or on a prefill worker P whose KV cache then
+// crosses the network to D (remote), and it keeps the per-link throughput
+// estimates that decision needs.
+//
+// # The model
+//
+// For a prompt of n tokens with h_D tokens cached on D and h_P on P:
+//
+//	T_local  = queue_D + prefill_D(n − h_D)
+//	T_remote = queue_P + prefill_P(n − h_P) + (n − h_D)·kv_bytes_per_token / B(P→D) + rtt
+//
+// T_remote counts the KV of every token D lacks, since D must receive all
+// of it whatever P had cached. Block granularity (a partial last block is
+// recomputed on D) is below the model's resolution and ignored.
+//
+// stall_D is what a local prefill costs D's running decodes. With chunked
+// prefill at a budget of C tokens per step (vLLM's max_num_batched_tokens),
+// the m = n − h_D new tokens run in k = ⌈m/C⌉ steps, each carrying about
+// prefill_D(m)/k of compute on top of the decode step, so every running
+// decode's next tokens arrive that much later:
+//
+//	stall_D = prefill_D(m) / k          (0 when D has no running decodes)
+//	ITL_D   = decode_step_D + stall_D   (while the prefill runs)
+//
+// Attention makes later chunks somewhat dearer than the mean; the mean is
+// the simple, documented choice. Without chunking (C = 0) k = 1 and the
+// whole prefill stalls one step.
+//
+// # The rule (mode auto)
+//
+//  1. an unmeasured link counts as too slow: local ("link_unmeasured");
+//  2. remote when T_remote < (1 − margin)·T_local ("remote_faster");
+//  3. remote when stall_D > 0, ITL_D > itl_slo and T_remote ≤ ttft_slo ("itl_protect"):
+//     the request takes a slower but acceptable first token so that D's
+//     running streams keep their inter-token target;
+//  4. otherwise local ("local_faster").
+//
+// Mode never always chooses local ("mode_never"), always chooses remote
+// ("mode_always"); with no prefill worker the choice is local
+// ("no_prefill_worker") in every mode.
+//
+// # Defaults and why
+//
+//   - margin 0.1: the prediction has error (the predicted-versus-measured
+//     histogram tracks it) and a remote prefill adds a second worker and a
+//     network hop that can fail and force a recompute, so remote must be
+//     predicted at least 10% faster; a smaller margin flips on noise.
+//   - ttft_slo 2 s: about where a long-prompt chat answer stops feeling
+//     interactive; it only bounds how much TTFT itl_protect may spend.
+//   - itl_slo 100 ms: 10 tokens/s, faster than people read (about 4–7
+//     tokens/s); past it a stream visibly stutters.
+//   - EWMA alpha 0.3: one outlier transfer (e.g. one that shared the link)
+//     moves the estimate by under a third, while after five transfers an
+//     old value keeps only 0.7⁵ ≈ 17% weight, so a changed link is
+//     followed within a handful of requests.
+//   - probe 16 MiB: ≈ 0.13 s at 1 GbE and 13 ms at 10 GbE; long enough to
+//     leave TCP slow start behind at LAN round-trip times, short enough
+//     not to disturb traffic.
+//
+// # Concurrency and cost
+//
+// Gate and LinkEstimator are safe for concurrent use. Decide does no I/O and
+// does not allocate (a test pins it); it reads the link estimate under a
+// read lock and bumps one counter. Probing is the caller's job: when
+// NeedsProbe reports a pair unmeasured, the caller wins MarkProbing, runs
+// kvxfer's Client.Probe and reports the result with ObserveProbe.
+package gate
