@@ -1,0 +1,221 @@
+package kvindex
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Benchmarks. Reproduce with:
+//
+//	go test ./internal/kvindex -run '^$' -bench . -benchtime 2s
+//
+// BenchmarkLookup10M builds a 10 M-block index once (about 4 s and 0.3 GB)
+// and, with BenchmarkStoreParallel, is skipped under -short.
+
+const (
+	bigWorkers    = 1000
+	bigChainLen   = 512
+	bigChains     = 20000 // 20,000 chains × 512 blocks = 10.24 M blocks
+	sharedHolders = 4
+)
+
+// synthChain fills dst with the hashes of synthetic chain c. Hashes of
+// distinct chains are independent 64-bit values, as real chained hashes are.
+func synthChain(dst []uint64, c int) []uint64 {
+	dst = dst[:0]
+	for i := 0; i < bigChainLen; i++ {
+		dst = append(dst, mix(uint64(c)<<20|uint64(i)+0x1234567))
+	}
+	return dst
+}
+
+// threadCPU returns the CPU time the calling OS thread has used. On a
+// shared machine it separates our work from time spent waiting for a core;
+// callers lock their goroutine to the thread.
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	const rusageThread = 1 // RUSAGE_THREAD, Linux
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var big struct {
+	once        sync.Once
+	x           *Index
+	bytesPerEnt float64
+	buildRate   float64 // blocks/s while building
+}
+
+// bigIndex holds 20,000 chains of 512 blocks over 1,000 workers: chain c
+// belongs to worker c mod 1000, and every 100th chain is also held by three
+// more workers (so some blocks have several holders).
+func bigIndex(tb testing.TB) *Index {
+	big.once.Do(func() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		x := New(Config{})
+		buf := make([]uint64, 0, bigChainLen)
+		names := make([]string, bigWorkers)
+		for i := range names {
+			names[i] = fmt.Sprintf("worker-%04d", i)
+		}
+		start := time.Now()
+		stored := 0
+		for c := 0; c < bigChains; c++ {
+			buf = synthChain(buf, c)
+			x.Store(names[c%bigWorkers], buf)
+			stored += len(buf)
+			if c%100 == 0 {
+				for k := 1; k < sharedHolders; k++ {
+					x.Store(names[(c+k*7)%bigWorkers], buf)
+					stored += len(buf)
+				}
+			}
+		}
+		big.buildRate = float64(stored) / time.Since(start).Seconds()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		big.bytesPerEnt = float64(after.HeapAlloc-before.HeapAlloc) / float64(x.Entries())
+		big.x = x
+	})
+	return big.x
+}
+
+// BenchmarkLookup10M looks up full 512-block chains, each held by one or
+// four workers, in the 10 M-block index. It reports the median and 99th
+// percentile of single lookups and the heap bytes per (block, worker) entry.
+func BenchmarkLookup10M(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds a 10 M-block index")
+	}
+	x := bigIndex(b)
+	for _, tc := range []struct {
+		name    string
+		stride  int // chains queried: 0, stride, 2·stride, ...
+		holders int
+	}{
+		{"one-holder", 7, 1}, // 7 is coprime with 100: mostly unshared chains
+		{"four-holders", 100, sharedHolders},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			queries := make([][]uint64, 256)
+			for i := range queries {
+				c := (i * tc.stride) % bigChains
+				if tc.holders == 1 && c%100 == 0 {
+					c++
+				}
+				queries[i] = synthChain(nil, c)
+			}
+			var o Overlaps
+			x.Overlaps(queries[0], &o)
+			if len(o.Hits) != tc.holders || o.Max() != bigChainLen {
+				b.Fatalf("check: %d hits, max %d; want %d, %d", len(o.Hits), o.Max(), tc.holders, bigChainLen)
+			}
+			lat := make([]time.Duration, 0, 1<<16)
+			i := 0
+			b.ResetTimer()
+			for b.Loop() {
+				q := queries[i%len(queries)]
+				i++
+				t0 := time.Now()
+				x.Overlaps(q, &o)
+				if len(lat) < cap(lat) {
+					lat = append(lat, time.Since(t0))
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns/lookup")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns/lookup")
+			b.ReportMetric(big.bytesPerEnt, "B/entry")
+			b.ReportMetric(big.buildRate/1e6, "build-Mblocks/s")
+		})
+	}
+}
+
+// BenchmarkStore applies stored events of 64 fresh blocks each from 1,000
+// workers into a growing index (doublings included) and reports blocks/s.
+func BenchmarkStore(b *testing.B) {
+	names := make([]string, bigWorkers)
+	for i := range names {
+		names[i] = fmt.Sprintf("worker-%04d", i)
+	}
+	x := New(Config{})
+	ev := make([]uint64, 64)
+	n := 0
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu0 := threadCPU()
+	for b.Loop() {
+		for j := range ev {
+			ev[j] = mix(uint64(n*64 + j))
+		}
+		x.Store(names[n%bigWorkers], ev)
+		n++
+	}
+	b.ReportMetric(float64(n*len(ev))/b.Elapsed().Seconds()/1e6, "Mblocks/s")
+	b.ReportMetric(float64(n*len(ev))/(threadCPU()-cpu0).Seconds()/1e6, "Mblocks/cpu-s")
+	if x.Entries() != n*len(ev) {
+		b.Fatalf("entries = %d, want %d", x.Entries(), n*len(ev))
+	}
+}
+
+// BenchmarkStoreParallel is the measurement behind Config.Shards: parallel
+// writers into one index with 1 or 64 shards, to 4 M entries, reporting
+// throughput and the longest single Store call (a table doubling).
+func BenchmarkStoreParallel(b *testing.B) {
+	if testing.Short() {
+		b.Skip("fills 4 Mi entries per shard count")
+	}
+	for _, shards := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("shards=%d", shards), func(b *testing.B) {
+			const total = 4 << 20
+			var worst time.Duration
+			var mu sync.Mutex
+			for b.Loop() {
+				x := New(Config{Shards: shards})
+				var next int64
+				var nmu sync.Mutex
+				var wg sync.WaitGroup
+				start := time.Now()
+				for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						ev := make([]uint64, 64)
+						name := fmt.Sprintf("worker-%d", w)
+						for {
+							nmu.Lock()
+							base := next
+							next += int64(len(ev))
+							nmu.Unlock()
+							if base >= total {
+								return
+							}
+							for j := range ev {
+								ev[j] = mix(uint64(base) + uint64(j))
+							}
+							t0 := time.Now()
+							x.Store(name, ev)
+							d := time.Since(t0)
+							mu.Lock()
+							worst = max(worst, d)
+							mu.Unlock()
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(total/time.Since(start).Seconds()/1e6, "Mblocks/s")
+			}
+			b.ReportMetric(float64(worst.Microseconds()), "worst-store-µs")
+		})
+	}
+}

@@ -1,0 +1,322 @@
+package kvindex
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// A shard is an open-addressing (linear probing) hash table from block hash
+// to the set of workers holding the block. Writers serialise on mu and bracket
+// every in-place change with seq increments (odd while a change is under
+// way); readers take no lock: they read seq, the slots and seq again, and
+// retry when it moved (a seqlock). Every slot word is read and written with
+// sync/atomic, so the race detector sees no data race and a torn read is
+// impossible; on amd64 an atomic load is a plain MOV, so independent probes
+// of one lookup still overlap their cache misses.
+//
+// Holder sets are packed three worker IDs to a slot. Slot value layout
+// (16-bit lanes, lane 0 lowest): lanes 0–2 are worker IDs (0 = empty lane);
+// lane 3 of a head slot is the set's size n (1–32767), lane 3 of a
+// continuation slot is contFlag. IDs j = 3s..3s+2 of a set live in slot s:
+// s = 0 is the head, stored under the block hash; s ≥ 1 is a continuation,
+// stored under contKey(hash, s). A continuation key keeps the hash's top bits,
+// so a whole set lives in one shard and one lock covers it. Most blocks have
+// one to three holders and cost exactly one 16-byte slot.
+type shard struct {
+	mu    sync.Mutex            // serialises writers; readers fall back to it after repeated seq conflicts
+	seq   atomic.Uint64         // odd while a writer changes slots in place
+	tab   atomic.Pointer[table] // replaced whole on grow and rebuild; an old table is never written again
+	used  int                   // occupied slots of tab; guarded by mu
+	pairs atomic.Int64          // (block, worker) entries
+	_     [24]byte              // keep neighbouring shards' hot words off this cache line
+}
+
+// slot words are accessed with sync/atomic functions, except while a table
+// is being filled before it is published (grow, rebuild), when plain writes
+// are safe and several times cheaper than atomic ones (XCHG on amd64).
+type slot struct {
+	key uint64 // 0 = empty
+	val uint64
+}
+
+func (s *slot) loadKey() uint64   { return atomic.LoadUint64(&s.key) }
+func (s *slot) loadVal() uint64   { return atomic.LoadUint64(&s.val) }
+func (s *slot) storeKey(k uint64) { atomic.StoreUint64(&s.key, k) }
+func (s *slot) storeVal(v uint64) { atomic.StoreUint64(&s.val, v) }
+
+type table struct {
+	slots []slot
+	mask  uint64
+}
+
+const (
+	idsPerSlot = 3
+	contFlag   = 0x8000
+	maxHolders = 0x7fff
+	// maxLoadNum/maxLoadDen is the load factor at which a shard doubles.
+	// Linear probing at 3/4 needs ~2.5 probes for a hit and ~8.5 for a
+	// miss, all within two or three adjacent cache lines; between 3/8 and
+	// 3/4 full a slot of 16 bytes costs 21–43 bytes per entry.
+	maxLoadNum = 3
+	maxLoadDen = 4
+)
+
+func newTable(n int) *table {
+	return &table{slots: make([]slot, n), mask: uint64(n - 1)}
+}
+
+// slotKey maps a block hash to a table key: 0 marks an empty slot, so hash 0
+// is stored as 1 (a 2^-64 collision, the same odds as any hash collision).
+func slotKey(h uint64) uint64 {
+	if h == 0 {
+		return 1
+	}
+	return h
+}
+
+// contKey is the key of continuation slot s (s ≥ 1) of the set under key k.
+// It keeps k's shard bits (top) so the continuation lives in k's shard.
+func contKey(k uint64, s int, topMask uint64) uint64 {
+	d := mix(k ^ uint64(s)*0x9E3779B97F4A7C15)
+	d = d&^topMask | k&topMask
+	if d == 0 {
+		d = 1
+	}
+	return d
+}
+
+func lane(v uint64, i int) uint16 { return uint16(v >> (16 * uint(i))) }
+
+func setLane(v uint64, i int, x uint16) uint64 {
+	sh := 16 * uint(i)
+	return v&^(0xffff<<sh) | uint64(x)<<sh
+}
+
+// find returns the index of key k in t, or -1. Safe without the lock (atomic
+// loads), but then only meaningful inside a seq-validated read.
+func (t *table) find(k uint64) int {
+	i := k & t.mask
+	for {
+		sk := t.slots[i].loadKey()
+		if sk == k {
+			return int(i)
+		}
+		if sk == 0 {
+			return -1
+		}
+		i = (i + 1) & t.mask
+	}
+}
+
+// put stores k→v in a free slot of t. k must be absent; t must have room.
+func (t *table) put(k, v uint64) {
+	i := k & t.mask
+	for t.slots[i].loadKey() != 0 {
+		i = (i + 1) & t.mask
+	}
+	t.slots[i].storeVal(v)
+	t.slots[i].storeKey(k)
+}
+
+// fill stores k→v in a free slot of an unpublished t with plain writes.
+func (t *table) fill(k, v uint64) {
+	i := k & t.mask
+	for t.slots[i].key != 0 {
+		i = (i + 1) & t.mask
+	}
+	t.slots[i] = slot{key: k, val: v}
+}
+
+// del empties slot i and shifts later members of its probe run back, so
+// lookups never need tombstones.
+func (t *table) del(i uint64) {
+	for {
+		t.slots[i].storeKey(0)
+		t.slots[i].storeVal(0)
+		j := i
+		for {
+			j = (j + 1) & t.mask
+			k := t.slots[j].loadKey()
+			if k == 0 {
+				return
+			}
+			home := k & t.mask
+			// Move slot j back to i unless its home lies cyclically in (i, j].
+			if i <= j {
+				if i < home && home <= j {
+					continue
+				}
+			} else if i < home || home <= j {
+				continue
+			}
+			t.slots[i].storeVal(t.slots[j].loadVal())
+			t.slots[i].storeKey(k)
+			i = j
+			break
+		}
+	}
+}
+
+// add records that worker id holds the block under key k. Called with mu
+// held and seq odd. It reports whether the entry is new.
+func (s *shard) add(k uint64, id WorkerID, topMask uint64) bool {
+	t := s.tab.Load()
+	hi := t.find(k)
+	if hi < 0 {
+		t = s.reserve(1)
+		t.put(k, uint64(id)|1<<48)
+		s.used++
+		return true
+	}
+	head := t.slots[hi].loadVal()
+	n := int(lane(head, 3))
+	if setIndex(t, k, head, n, id, topMask) >= 0 || n >= maxHolders {
+		return false
+	}
+	si, li := n/idsPerSlot, n%idsPerSlot
+	switch {
+	case si == 0:
+		head = setLane(head, li, uint16(id))
+	case li == 0:
+		t = s.reserve(1)
+		t.put(contKey(k, si, topMask), uint64(id)|contFlag<<48)
+		s.used++
+		hi = t.find(k)
+	default:
+		ci := t.find(contKey(k, si, topMask))
+		t.slots[ci].storeVal(setLane(t.slots[ci].loadVal(), li, uint16(id)))
+	}
+	t.slots[hi].storeVal(setLane(head, 3, uint16(n+1)))
+	return true
+}
+
+// reserve makes room for extra more slots, doubling the table when needed.
+// Called with mu held and seq odd. The new table is filled before it is
+// published and the old one is never written again.
+func (s *shard) reserve(extra int) *table {
+	t := s.tab.Load()
+	if (s.used+extra)*maxLoadDen <= len(t.slots)*maxLoadNum {
+		return t
+	}
+	n := len(t.slots) * 2
+	for (s.used+extra)*maxLoadDen > n*maxLoadNum {
+		n *= 2
+	}
+	nt := newTable(n)
+	for i := range t.slots {
+		if k := t.slots[i].key; k != 0 { // mu held: nobody writes t
+			nt.fill(k, t.slots[i].val)
+		}
+	}
+	s.tab.Store(nt)
+	return nt
+}
+
+// setIndex returns the position of id in the n-member set whose head value
+// is head, or -1.
+func setIndex(t *table, k, head uint64, n int, id WorkerID, topMask uint64) int {
+	v := head
+	for j := 0; j < n; j++ {
+		si, li := j/idsPerSlot, j%idsPerSlot
+		if li == 0 && si > 0 {
+			ci := t.find(contKey(k, si, topMask))
+			if ci < 0 {
+				return -1 // cannot happen while the set is intact
+			}
+			v = t.slots[ci].loadVal()
+		}
+		if WorkerID(lane(v, li)) == id {
+			return j
+		}
+	}
+	return -1
+}
+
+// slotOf returns the table index of the slot holding member j of the set
+// under key k.
+func slotOf(t *table, k uint64, j int, topMask uint64) int {
+	if si := j / idsPerSlot; si > 0 {
+		return t.find(contKey(k, si, topMask))
+	}
+	return t.find(k)
+}
+
+// remove drops worker id from the set under key k. Called with mu held and
+// seq odd. It reports whether an entry was removed.
+func (s *shard) remove(k uint64, id WorkerID, topMask uint64) bool {
+	t := s.tab.Load()
+	hi := t.find(k)
+	if hi < 0 {
+		return false
+	}
+	head := t.slots[hi].loadVal()
+	n := int(lane(head, 3))
+	p := setIndex(t, k, head, n, id, topMask)
+	if p < 0 {
+		return false
+	}
+	last := n - 1
+	if last == 0 {
+		t.del(uint64(hi))
+		s.used--
+		return true
+	}
+	// Move the last member into p, then shrink the set by one.
+	li := slotOf(t, k, last, topMask)
+	lastID := lane(t.slots[li].loadVal(), last%idsPerSlot)
+	pi := slotOf(t, k, p, topMask)
+	t.slots[pi].storeVal(setLane(t.slots[pi].loadVal(), p%idsPerSlot, lastID))
+	if last%idsPerSlot == 0 {
+		t.del(uint64(slotOf(t, k, last, topMask)))
+		s.used--
+	} else {
+		li = slotOf(t, k, last, topMask)
+		t.slots[li].storeVal(setLane(t.slots[li].loadVal(), last%idsPerSlot, 0))
+	}
+	hi = t.find(k)
+	t.slots[hi].storeVal(setLane(t.slots[hi].loadVal(), 3, uint16(last)))
+	return true
+}
+
+// without rebuilds the shard with worker id removed from every set. It builds the new table while readers keep
+// using the old one, then publishes it; mu must be held. It returns the
+// number of entries removed.
+func (s *shard) without(id WorkerID, topMask uint64) int {
+	old := s.tab.Load()
+	nt := newTable(len(old.slots))
+	fresh := &shard{}
+	fresh.tab.Store(nt)
+	removed := 0
+	for i := range old.slots {
+		k := old.slots[i].loadKey()
+		if k == 0 {
+			continue
+		}
+		head := old.slots[i].loadVal()
+		if lane(head, 3)&contFlag != 0 {
+			continue // rebuilt through its head
+		}
+		n := int(lane(head, 3))
+		v := head
+		for j := 0; j < n; j++ {
+			si, li := j/idsPerSlot, j%idsPerSlot
+			if li == 0 && si > 0 {
+				v = old.slots[old.find(contKey(k, si, topMask))].loadVal()
+			}
+			w := WorkerID(lane(v, li))
+			if w == id {
+				removed++
+				continue
+			}
+			fresh.add(k, w, topMask)
+		}
+	}
+	if removed == 0 {
+		return 0
+	}
+	s.seq.Add(1)
+	s.tab.Store(fresh.tab.Load())
+	s.used = fresh.used
+	s.seq.Add(1)
+	return removed
+}

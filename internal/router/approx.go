@@ -1,0 +1,109 @@
+package router
+
+import (
+	"sync"
+	"time"
+)
+
+// approx is the approximate index: for each block hash, the worker the
+// router last sent it to and when. It stands in for KV events of workers
+// whose events are not healthy, on the assumption that a worker keeps the
+// blocks of a request it served for a while (ttl). It remembers at most
+// capacity hashes; beyond that the oldest records go first, so memory is
+// bounded whatever the traffic.
+type approx struct {
+	ttl      time.Duration
+	capacity int
+
+	mu   sync.Mutex // guards everything below
+	m    map[uint64]approxEntry
+	ring []ringEntry // insertion order; may hold superseded records, told apart by seq
+	head int         // next record to evict
+	size int         // records in ring
+	seq  uint64
+}
+
+type approxEntry struct {
+	worker string
+	at     int64 // unix nanoseconds of the routing decision
+	seq    uint64
+}
+
+type ringEntry struct {
+	hash uint64
+	seq  uint64
+}
+
+func newApprox(ttl time.Duration, capacity int) *approx {
+	return &approx{
+		ttl:      ttl,
+		capacity: capacity,
+		m:        make(map[uint64]approxEntry, capacity),
+		ring:     make([]ringEntry, 2*capacity),
+	}
+}
+
+// record notes that worker was sent the blocks hashes at now. Allocation-free
+// once the map has grown to capacity.
+func (a *approx) record(worker string, hashes []uint64, now time.Time) {
+	at := now.UnixNano()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, h := range hashes {
+		a.seq++
+		a.m[h] = approxEntry{worker: worker, at: at, seq: a.seq}
+		if a.size == len(a.ring) {
+			a.evictOne()
+		}
+		a.ring[(a.head+a.size)%len(a.ring)] = ringEntry{hash: h, seq: a.seq}
+		a.size++
+		for len(a.m) > a.capacity {
+			a.evictOne()
+		}
+	}
+}
+
+// evictOne drops the oldest ring record, and its map entry if the record is
+// still the current one for its hash. Called with mu held and size > 0.
+func (a *approx) evictOne() {
+	r := a.ring[a.head]
+	a.head = (a.head + 1) % len(a.ring)
+	a.size--
+	if e, ok := a.m[r.hash]; ok && e.seq == r.seq {
+		delete(a.m, r.hash)
+	}
+}
+
+// overlap returns the number of leading blocks of hashes last sent to
+// worker less than ttl before now.
+func (a *approx) overlap(worker string, hashes []uint64, now time.Time) int {
+	oldest := now.Add(-a.ttl).UnixNano()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, h := range hashes {
+		e, ok := a.m[h]
+		if !ok || e.worker != worker || e.at < oldest {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// forget drops every record of worker. Cost: O(records).
+func (a *approx) forget(worker string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for h, e := range a.m {
+		if e.worker == worker {
+			delete(a.m, h)
+		}
+	}
+}
+
+func (a *approx) len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.m)
+}

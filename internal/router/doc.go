@@ -1,0 +1,24 @@
+// Package router picks the worker that serves a request.
+//
+// Policies sit behind one small interface, Policy: kv (the default),
+// round-robin, random and least-loaded. The kv policy scores worker w for a
+// prompt of B blocks as
+//
+//	cost_w = α·(B − overlap_w + queued_prefill_blocks_w) + active_decode_blocks_w
+//
+// (α defaults to 1; lowest wins; ties go to the least loaded worker, then
+// rotate). overlap_w comes from the prefix index (kvindex). For a worker
+// whose KV events are not healthy, the router also consults its own recent
+// decisions, an approximate index with a TTL, and credits the larger of the
+// two overlaps: a worker that publishes no events is therefore not treated
+// as having an empty cache, which would degrade kv routing to load
+// balancing.
+//
+// Load is tracked from the frontend's own in-flight requests (Started,
+// FirstToken, Finished) and corrected by the load reports workers publish
+// (ObserveLoad).
+//
+// A Router is safe for concurrent use. It starts no goroutines. It does not
+// know which workers exist or whether their events are healthy: the caller
+// passes the candidates of each request.
+package router

@@ -1,0 +1,144 @@
+package router
+
+import (
+	"sync"
+	"time"
+)
+
+// LoadReport is what a worker publishes about itself, at least every 250 ms.
+type LoadReport struct {
+	QueuedPrefillBlocks int // blocks of prompts waiting for or in prefill
+	ActiveDecodeBlocks  int // KV blocks of running (decoding) requests
+	Running             int // requests decoding
+	Waiting             int // requests queued
+}
+
+// tracker keeps each worker's load as this frontend sees it (its own
+// in-flight requests) and as the worker last reported it.
+//
+// The effective load is the larger of the two, field by field, while the
+// report is fresh (reportTTL). Why max and not a blend: a report counts
+// requests from every frontend and the worker's real queue, which tracking
+// cannot see; tracking counts requests sent since the report, which the
+// report cannot see. Each undercounts in its own way, so the larger is the
+// better estimate, and it never lets one stale source hide load. A stale
+// report is ignored, so a worker whose reports stop is judged on tracking
+// alone.
+type tracker struct {
+	reportTTL time.Duration
+
+	mu      sync.Mutex // guards workers and reqs
+	workers map[string]*workerLoad
+	reqs    map[string]inflightReq // by request ID
+}
+
+type workerLoad struct {
+	tracked  Load
+	reported Load
+	at       time.Time // when the report arrived; zero: none
+}
+
+type inflightReq struct {
+	worker   string
+	blocks   int
+	decoding bool
+}
+
+func newTracker(reportTTL time.Duration) *tracker {
+	return &tracker{reportTTL: reportTTL, workers: map[string]*workerLoad{}, reqs: map[string]inflightReq{}}
+}
+
+func (t *tracker) worker(id string) *workerLoad {
+	w := t.workers[id]
+	if w == nil {
+		w = &workerLoad{}
+		t.workers[id] = w
+	}
+	return w
+}
+
+func (t *tracker) started(worker, requestID string, prefillBlocks int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, dup := t.reqs[requestID]; dup {
+		return
+	}
+	t.reqs[requestID] = inflightReq{worker: worker, blocks: prefillBlocks}
+	w := t.worker(worker)
+	w.tracked.QueuedPrefillBlocks += prefillBlocks
+	w.tracked.InFlight++
+}
+
+func (t *tracker) firstToken(worker, requestID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.reqs[requestID]
+	if !ok || r.decoding || r.worker != worker {
+		return
+	}
+	r.decoding = true
+	t.reqs[requestID] = r
+	w := t.worker(worker)
+	w.tracked.QueuedPrefillBlocks -= r.blocks
+	w.tracked.ActiveDecodeBlocks += r.blocks
+}
+
+func (t *tracker) finished(worker, requestID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.reqs[requestID]
+	if !ok || r.worker != worker {
+		return
+	}
+	delete(t.reqs, requestID)
+	w := t.worker(worker)
+	if r.decoding {
+		w.tracked.ActiveDecodeBlocks -= r.blocks
+	} else {
+		w.tracked.QueuedPrefillBlocks -= r.blocks
+	}
+	w.tracked.InFlight--
+}
+
+func (t *tracker) observe(worker string, r LoadReport, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := t.worker(worker)
+	w.reported = Load{
+		QueuedPrefillBlocks: r.QueuedPrefillBlocks,
+		ActiveDecodeBlocks:  r.ActiveDecodeBlocks,
+		InFlight:            r.Running + r.Waiting,
+	}
+	w.at = now
+}
+
+// fill sets the Load of every worker in ws. One lock for the whole list.
+func (t *tracker) fill(ws []Worker, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range ws {
+		w := t.workers[ws[i].ID]
+		if w == nil {
+			ws[i].Load = Load{}
+			continue
+		}
+		l := w.tracked
+		if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
+			l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, w.reported.QueuedPrefillBlocks)
+			l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, w.reported.ActiveDecodeBlocks)
+			l.InFlight = max(l.InFlight, w.reported.InFlight)
+		}
+		ws[i].Load = l
+	}
+}
+
+func (t *tracker) forget(worker string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.workers, worker)
+	for id, r := range t.reqs {
+		if r.worker == worker {
+			delete(t.reqs, id)
+		}
+	}
+}

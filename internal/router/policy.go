@@ -1,0 +1,212 @@
+package router
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+)
+
+// Policy names.
+const (
+	PolicyKV          = "kv"
+	PolicyRoundRobin  = "round-robin"
+	PolicyRandom      = "random"
+	PolicyLeastLoaded = "least-loaded"
+)
+
+// Reasons a Decision gives.
+const (
+	ReasonOverlap     = "prefix-overlap" // kv: the winner holds part of the prompt
+	ReasonNoOverlap   = "no-overlap"     // kv: nobody holds the prompt's first block; cost is load alone
+	ReasonPinned      = "pinned"         // the request named its worker
+	ReasonRoundRobin  = "rotation"       // round-robin
+	ReasonRandom      = "random"         // random
+	ReasonLeastLoaded = "least-loaded"   // least-loaded
+)
+
+// ErrNoWorkers is returned when a request has no candidate workers.
+var ErrNoWorkers = errors.New("router: no candidate workers")
+
+// ErrPinNotCandidate is returned when Request.Pin names a worker that is not
+// among the candidates.
+var ErrPinNotCandidate = errors.New("router: pinned worker is not a candidate")
+
+// Load is a worker's load in KV blocks.
+type Load struct {
+	QueuedPrefillBlocks int // prompt blocks waiting for or in prefill
+	ActiveDecodeBlocks  int // KV blocks of requests that are decoding
+	InFlight            int // requests
+}
+
+// Blocks is the load the policies compare: queued prefill plus active decode.
+func (l Load) Blocks() int { return l.QueuedPrefillBlocks + l.ActiveDecodeBlocks }
+
+// Worker is one candidate for a request.
+type Worker struct {
+	ID            string
+	EventsHealthy bool // false: the index may be stale for it; the approximate index is consulted
+	Load          Load // filled in by Router.Pick from its tracking
+}
+
+// Request is what a policy decides on.
+type Request struct {
+	Hashes       []uint64 // the prompt's block hashes, chained from its cache_salt root
+	PromptTokens int
+	BlockSize    int
+	Pin          string // optional: the worker to use, for debug probes
+}
+
+// Decision is a policy's answer.
+type Decision struct {
+	Worker        string
+	OverlapBlocks int // leading blocks of the prompt credited to Worker
+	Policy        string
+	Reason        string
+	Cost          float64 // kv only: the winner's cost in blocks
+	Approx        bool    // the overlap came from the approximate index
+}
+
+// Overlapper gives the prefix overlap of candidate i (an index into the
+// workers passed to Pick) and whether it came from the approximate index.
+type Overlapper interface {
+	Overlap(i int) (blocks int, approx bool)
+}
+
+// Policy chooses one of workers for req. workers is never empty when a
+// Router calls it. Implementations must be safe for concurrent use.
+type Policy interface {
+	Name() string
+	Pick(req *Request, workers []Worker, ov Overlapper) (Decision, error)
+}
+
+var (
+	_ Policy = (*KV)(nil)
+	_ Policy = (*RoundRobin)(nil)
+	_ Policy = (*Random)(nil)
+	_ Policy = (*LeastLoaded)(nil)
+)
+
+// RoundRobin rotates over the candidate list: the n-th pick (counted across
+// all goroutines) takes candidate n mod len(workers).
+type RoundRobin struct{ n atomic.Uint64 }
+
+// Name implements Policy.
+func (*RoundRobin) Name() string { return PolicyRoundRobin }
+
+// Pick implements Policy.
+func (p *RoundRobin) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, error) {
+	if len(workers) == 0 {
+		return Decision{}, ErrNoWorkers
+	}
+	i := int((p.n.Add(1) - 1) % uint64(len(workers)))
+	return decision(workers, i, ov, PolicyRoundRobin, ReasonRoundRobin), nil
+}
+
+// Random picks uniformly from a seeded generator, so a run is reproducible.
+type Random struct {
+	mu  sync.Mutex // guards rng
+	rng *rand.Rand
+}
+
+// NewRandom returns a Random policy seeded with seed.
+func NewRandom(seed uint64) *Random {
+	return &Random{rng: rand.New(rand.NewPCG(seed, seed^0x5eed))}
+}
+
+// Name implements Policy.
+func (*Random) Name() string { return PolicyRandom }
+
+// Pick implements Policy.
+func (p *Random) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, error) {
+	if len(workers) == 0 {
+		return Decision{}, ErrNoWorkers
+	}
+	p.mu.Lock()
+	i := p.rng.IntN(len(workers))
+	p.mu.Unlock()
+	return decision(workers, i, ov, PolicyRandom, ReasonRandom), nil
+}
+
+// LeastLoaded picks the candidate with the fewest queued prefill plus active
+// decode blocks; ties rotate.
+type LeastLoaded struct{ rr atomic.Uint64 }
+
+// Name implements Policy.
+func (*LeastLoaded) Name() string { return PolicyLeastLoaded }
+
+// Pick implements Policy.
+func (p *LeastLoaded) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, error) {
+	if len(workers) == 0 {
+		return Decision{}, ErrNoWorkers
+	}
+	n := len(workers)
+	start := int(p.rr.Add(1) % uint64(n))
+	best := start
+	for k := 1; k < n; k++ {
+		i := (start + k) % n
+		if workers[i].Load.Blocks() < workers[best].Load.Blocks() {
+			best = i
+		}
+	}
+	return decision(workers, best, ov, PolicyLeastLoaded, ReasonLeastLoaded), nil
+}
+
+// KV is the cache-aware policy; see the package comment for its cost.
+type KV struct {
+	// Alpha weighs prefill blocks (to compute or queued) against decode
+	// blocks; 1 when zero.
+	Alpha float64
+	rr    atomic.Uint64
+}
+
+// Name implements Policy.
+func (*KV) Name() string { return PolicyKV }
+
+// Cost returns the kv cost of a worker for a prompt of b blocks.
+func (p *KV) Cost(b, overlap int, l Load) float64 {
+	a := p.Alpha
+	if a == 0 {
+		a = 1
+	}
+	return a*float64(b-overlap+l.QueuedPrefillBlocks) + float64(l.ActiveDecodeBlocks)
+}
+
+// Pick implements Policy. The scan starts at a rotating offset and keeps the
+// first strictly better candidate, so full ties (cold prompts on idle
+// workers) spread over the pool instead of piling onto the first.
+func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, error) {
+	if len(workers) == 0 {
+		return Decision{}, ErrNoWorkers
+	}
+	b := len(req.Hashes)
+	n := len(workers)
+	start := int(p.rr.Add(1) % uint64(n))
+	best, bestCost, bestLoad, bestOv, bestApprox := -1, 0.0, 0, 0, false
+	for k := 0; k < n; k++ {
+		i := (start + k) % n
+		o, approx := ov.Overlap(i)
+		c := p.Cost(b, o, workers[i].Load)
+		l := workers[i].Load.Blocks()
+		if best < 0 || c < bestCost || (c == bestCost && l < bestLoad) {
+			best, bestCost, bestLoad, bestOv, bestApprox = i, c, l, o, approx
+		}
+	}
+	reason := ReasonNoOverlap
+	if bestOv > 0 {
+		reason = ReasonOverlap
+	}
+	return Decision{
+		Worker:        workers[best].ID,
+		OverlapBlocks: bestOv,
+		Policy:        PolicyKV,
+		Reason:        reason,
+		Cost:          bestCost,
+		Approx:        bestApprox,
+	}, nil
+}
+
+func decision(workers []Worker, i int, ov Overlapper, policy, reason string) Decision {
+	o, approx := ov.Overlap(i)
+	return Decision{Worker: workers[i].ID, OverlapBlocks: o, Policy: policy, Reason: reason, Approx: approx}
+}

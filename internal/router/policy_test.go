@@ -1,0 +1,140 @@
+package router
+
+import (
+	"testing"
+)
+
+// fixedOv is an Overlapper over fixed values.
+type fixedOv []int
+
+func (f fixedOv) Overlap(i int) (int, bool) { return f[i], false }
+
+func ws(loads ...Load) []Worker {
+	out := make([]Worker, len(loads))
+	for i, l := range loads {
+		out[i] = Worker{ID: string(rune('a' + i)), EventsHealthy: true, Load: l}
+	}
+	return out
+}
+
+func TestKVPick(t *testing.T) {
+	req := &Request{Hashes: make([]uint64, 20)}
+	idle := Load{}
+	tests := []struct {
+		name    string
+		workers []Worker
+		ov      fixedOv
+		want    string
+		reason  string
+		cost    float64
+	}{
+		{"prefers overlap", ws(idle, idle, idle), fixedOv{0, 12, 5}, "b", ReasonOverlap, 8},
+		{"longest overlap wins", ws(idle, idle), fixedOv{19, 20}, "b", ReasonOverlap, 0},
+		{"load beats overlap when it exceeds the saved prefill",
+			ws(Load{ActiveDecodeBlocks: 30}, idle), fixedOv{20, 0}, "b", ReasonNoOverlap, 20},
+		{"overlap beats load when the saved prefill is larger",
+			ws(Load{ActiveDecodeBlocks: 10}, idle), fixedOv{20, 0}, "a", ReasonOverlap, 10},
+		{"queued prefill counts", ws(Load{QueuedPrefillBlocks: 25}, idle), fixedOv{20, 0}, "b", ReasonNoOverlap, 20},
+		{"cost tie goes to the least loaded",
+			ws(Load{ActiveDecodeBlocks: 6}, Load{ActiveDecodeBlocks: 4}), fixedOv{11, 9}, "b", ReasonOverlap, 15},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &KV{}
+			for rep := 0; rep < len(tt.workers); rep++ { // every rotation offset
+				d, err := p.Pick(req, tt.workers, tt.ov)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Worker != tt.want || d.Reason != tt.reason || d.Cost != tt.cost || d.Policy != PolicyKV {
+					t.Errorf("pick = %+v, want worker %s reason %s cost %v", d, tt.want, tt.reason, tt.cost)
+				}
+			}
+		})
+	}
+}
+
+func TestKVAlpha(t *testing.T) {
+	// With α = 3 each uncached block is worth three decode blocks, so 20
+	// blocks of overlap outweigh 50 decode blocks.
+	req := &Request{Hashes: make([]uint64, 20)}
+	workers := ws(Load{ActiveDecodeBlocks: 50}, Load{})
+	d, _ := (&KV{Alpha: 3}).Pick(req, workers, fixedOv{20, 0})
+	if d.Worker != "a" {
+		t.Errorf("α=3 picked %s, want a", d.Worker)
+	}
+	d, _ = (&KV{Alpha: 1}).Pick(req, workers, fixedOv{20, 0})
+	if d.Worker != "b" {
+		t.Errorf("α=1 picked %s, want b", d.Worker)
+	}
+}
+
+func TestFullTiesRotate(t *testing.T) {
+	req := &Request{Hashes: make([]uint64, 4)}
+	workers := ws(Load{}, Load{}, Load{}, Load{})
+	for _, p := range []Policy{&KV{}, &LeastLoaded{}, &RoundRobin{}} {
+		t.Run(p.Name(), func(t *testing.T) {
+			got := map[string]int{}
+			for i := 0; i < 400; i++ {
+				d, _ := p.Pick(req, workers, fixedOv{0, 0, 0, 0})
+				got[d.Worker]++
+			}
+			for _, w := range workers {
+				if got[w.ID] != 100 {
+					t.Errorf("%s picked %d times of 400, want 100 (%v)", w.ID, got[w.ID], got)
+				}
+			}
+		})
+	}
+}
+
+func TestRoundRobinOrder(t *testing.T) {
+	p := &RoundRobin{}
+	workers := ws(Load{}, Load{ActiveDecodeBlocks: 99}, Load{})
+	var got string
+	for i := 0; i < 6; i++ {
+		d, _ := p.Pick(&Request{}, workers, fixedOv{0, 0, 0})
+		got += d.Worker
+	}
+	if got != "abcabc" {
+		t.Errorf("rotation = %s, want abcabc", got)
+	}
+}
+
+func TestLeastLoaded(t *testing.T) {
+	p := &LeastLoaded{}
+	workers := ws(Load{QueuedPrefillBlocks: 3}, Load{ActiveDecodeBlocks: 1}, Load{ActiveDecodeBlocks: 2, QueuedPrefillBlocks: 2})
+	for i := 0; i < 3; i++ {
+		d, _ := p.Pick(&Request{}, workers, fixedOv{9, 0, 0})
+		if d.Worker != "b" {
+			t.Errorf("pick %d = %s, want b", i, d.Worker)
+		}
+	}
+}
+
+func TestRandomSeeded(t *testing.T) {
+	workers := ws(Load{}, Load{}, Load{}, Load{}, Load{})
+	seq := func(seed uint64) string {
+		p := NewRandom(seed)
+		s := ""
+		for i := 0; i < 30; i++ {
+			d, _ := p.Pick(&Request{}, workers, fixedOv{0, 0, 0, 0, 0})
+			s += d.Worker
+		}
+		return s
+	}
+	if a, b := seq(1), seq(1); a != b {
+		t.Errorf("same seed gave %s and %s", a, b)
+	}
+	if a, b := seq(1), seq(2); a == b {
+		t.Errorf("different seeds gave the same sequence %s", a)
+	}
+}
+
+func TestNoWorkers(t *testing.T) {
+	for _, p := range []Policy{&KV{}, &LeastLoaded{}, &RoundRobin{}, NewRandom(1)} {
+		if _, err := p.Pick(&Request{}, nil, fixedOv{}); err != ErrNoWorkers {
+			t.Errorf("%s: err = %v, want ErrNoWorkers", p.Name(), err)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+package router
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
+)
+
+// Config configures a Router. The zero value is valid: no index, the kv
+// policy, α = 1.
+type Config struct {
+	// Index is the prefix index fed by KV events. Nil: overlaps come from
+	// the approximate index alone, for every worker.
+	Index *kvindex.Index
+	// Policy is the starting policy; "" means kv.
+	Policy string
+	// Alpha weighs prefill against decode blocks in the kv cost; 0 means 1.
+	Alpha float64
+	// Seed seeds the random policy.
+	Seed uint64
+	// ApproxTTL is how long a routing decision counts as cached on its
+	// worker in the approximate index; 0 means 120 s. It should not exceed
+	// how long a worker typically keeps an idle prefix cached.
+	ApproxTTL time.Duration
+	// ApproxCapacity bounds the approximate index, in block hashes; 0
+	// means 1 Mi (about 100 MB at most, typically far less).
+	ApproxCapacity int
+	// LoadReportTTL is how long a worker's load report corrects the
+	// tracked load; 0 means 1 s (four missed 250 ms reports).
+	LoadReportTTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Router picks workers for requests under a policy that can be switched at
+// run time, and tracks load and its own recent decisions. Safe for
+// concurrent use.
+type Router struct {
+	index  *kvindex.Index
+	now    func() time.Time
+	approx *approx
+	load   *tracker
+	policy atomic.Pointer[Policy]
+	byName map[string]Policy // read-only after New
+	names  []string
+	m      *metrics
+	pool   sync.Pool // *scratch
+}
+
+// New returns a Router.
+func New(cfg Config) (*Router, error) {
+	if cfg.Alpha < 0 {
+		return nil, fmt.Errorf("router: alpha %v is negative", cfg.Alpha)
+	}
+	if cfg.ApproxTTL < 0 || cfg.ApproxCapacity < 0 || cfg.LoadReportTTL < 0 {
+		return nil, fmt.Errorf("router: negative approx ttl, approx capacity or load report ttl")
+	}
+	if cfg.ApproxTTL == 0 {
+		cfg.ApproxTTL = 120 * time.Second
+	}
+	if cfg.ApproxCapacity == 0 {
+		cfg.ApproxCapacity = 1 << 20
+	}
+	if cfg.LoadReportTTL == 0 {
+		cfg.LoadReportTTL = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Router{
+		index:  cfg.Index,
+		now:    cfg.Now,
+		approx: newApprox(cfg.ApproxTTL, cfg.ApproxCapacity),
+		load:   newTracker(cfg.LoadReportTTL),
+		m:      newMetrics(),
+	}
+	r.pool.New = func() any { return new(scratch) }
+	ps := []Policy{&KV{Alpha: cfg.Alpha}, &RoundRobin{}, NewRandom(cfg.Seed), &LeastLoaded{}}
+	r.byName = make(map[string]Policy, len(ps))
+	for _, p := range ps {
+		r.byName[p.Name()] = p
+		r.names = append(r.names, p.Name())
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = PolicyKV
+	}
+	if err := r.SetPolicy(cfg.Policy); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Policies lists the policy names SetPolicy accepts.
+func (r *Router) Policies() []string { return append([]string(nil), r.names...) }
+
+// Policy returns the current policy's name.
+func (r *Router) Policy() string { return (*r.policy.Load()).Name() }
+
+// SetPolicy switches the policy for every later Pick.
+func (r *Router) SetPolicy(name string) error {
+	p, ok := r.byName[name]
+	if !ok {
+		return fmt.Errorf("router: unknown policy %q (known: %v)", name, r.names)
+	}
+	r.policy.Store(&p)
+	return nil
+}
+
+// scratch is per-Pick working memory, pooled so a warm Pick allocates
+// nothing.
+type scratch struct {
+	ws     []Worker
+	blocks []int
+	approx []bool
+	ov     kvindex.Overlaps
+}
+
+// Overlap implements Overlapper.
+func (s *scratch) Overlap(i int) (int, bool) { return s.blocks[i], s.approx[i] }
+
+// Pick chooses a worker among candidates for req under the current policy,
+// records the decision in the approximate index and counts it in metrics.
+// The Load of each candidate is replaced by the router's tracked load; the
+// caller's slice is not modified. Cost: one index lookup, one map lookup per
+// block of unhealthy candidates' leading overlap, O(candidates).
+func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
+	if len(candidates) == 0 {
+		return Decision{}, ErrNoWorkers
+	}
+	now := r.now()
+	s := r.pool.Get().(*scratch)
+	defer r.pool.Put(s)
+	s.ws = append(s.ws[:0], candidates...)
+	r.load.fill(s.ws, now)
+	r.overlaps(s, req.Hashes, now)
+
+	p := *r.policy.Load()
+	var d Decision
+	var err error
+	if req.Pin != "" {
+		d, err = r.pinned(s, req.Pin, p.Name())
+	} else {
+		d, err = p.Pick(req, s.ws, s)
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(req.Hashes) > 0 {
+		r.approx.record(d.Worker, req.Hashes, now)
+	}
+	r.m.observe(d, len(req.Hashes))
+	return d, nil
+}
+
+func (r *Router) pinned(s *scratch, pin, policy string) (Decision, error) {
+	for i := range s.ws {
+		if s.ws[i].ID == pin {
+			d := decision(s.ws, i, s, policy, ReasonPinned)
+			return d, nil
+		}
+	}
+	return Decision{}, fmt.Errorf("%w: %q", ErrPinNotCandidate, pin)
+}
+
+// overlaps fills s.blocks and s.approx for s.ws.
+func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
+	n := len(s.ws)
+	s.blocks = append(s.blocks[:0], make([]int, n)...)
+	s.approx = append(s.approx[:0], make([]bool, n)...)
+	if len(hashes) == 0 {
+		return
+	}
+	if r.index != nil {
+		r.index.Overlaps(hashes, &s.ov)
+		if hits := s.ov.Hits; len(hits) > 0 {
+			if len(hits) <= 8 {
+				for i := range s.ws {
+					for _, h := range hits {
+						if h.Worker == s.ws[i].ID {
+							s.blocks[i] = h.Blocks
+						}
+					}
+				}
+			} else {
+				for i := range s.ws {
+					if id, ok := r.index.ID(s.ws[i].ID); ok {
+						s.blocks[i] = s.ov.Blocks(id)
+					}
+				}
+			}
+		}
+	}
+	for i := range s.ws {
+		if s.ws[i].EventsHealthy {
+			continue
+		}
+		if a := r.approx.overlap(s.ws[i].ID, hashes, now); a > s.blocks[i] {
+			s.blocks[i], s.approx[i] = a, true
+		}
+	}
+}
+
+// Started records that a request with prefillBlocks prompt blocks to
+// compute was sent to worker. Calls for one request come in the order
+// Started, FirstToken (at most once), Finished; unknown requests are ignored.
+func (r *Router) Started(worker, requestID string, prefillBlocks int) {
+	r.load.started(worker, requestID, prefillBlocks)
+}
+
+// FirstToken records that the request's prefill is done: its blocks move
+// from queued prefill to active decode.
+func (r *Router) FirstToken(worker, requestID string) { r.load.firstToken(worker, requestID) }
+
+// Finished records that the request is done.
+func (r *Router) Finished(worker, requestID string) { r.load.finished(worker, requestID) }
+
+// ObserveLoad records a worker's load report.
+func (r *Router) ObserveLoad(worker string, rep LoadReport) { r.load.observe(worker, rep, r.now()) }
+
+// Load returns the load Pick would use for worker now.
+func (r *Router) Load(worker string) Load {
+	ws := []Worker{{ID: worker}}
+	r.load.fill(ws, r.now())
+	return ws[0].Load
+}
+
+// Forget drops everything the router knows about worker (load, in-flight
+// requests, approximate index records): call it when the worker leaves.
+func (r *Router) Forget(worker string) {
+	r.load.forget(worker)
+	r.approx.forget(worker)
+}
+
+// ApproxLen returns the number of block hashes in the approximate index.
+func (r *Router) ApproxLen() int { return r.approx.len() }
