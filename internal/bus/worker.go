@@ -24,6 +24,8 @@ type Profile struct {
 	WeightBytes     float64 `json:"weight_bytes"`
 	Layers          int     `json:"layers"`
 	Hidden          int     `json:"hidden"`
+	AttnDim         int     `json:"attn_dim"`           // query heads × head dim; attention FLOPs scale with it
+	KVBytesPerToken int     `json:"kv_bytes_per_token"` // over all TP ranks
 	MaxBatchTokens  int     `json:"max_num_batched_tokens"`
 	Speedup         float64 `json:"speedup"`
 }

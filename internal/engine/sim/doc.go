@@ -1,0 +1,25 @@
+// Package sim is Switchyard's simulated engine worker: a paged KV block
+// manager with prefix caching, a continuous-batching scheduler with chunked
+// prefill and preemption by recompute, a roofline clock (internal/perfmodel),
+// and the OpenAI-compatible worker HTTP API, so the whole system runs and is
+// tested without a GPU.
+//
+// Time is simulated: every scheduler step advances the engine's clock by the
+// step's modelled duration, and the run loop sleeps that long divided by
+// Config.Speedup before delivering the step's tokens. Timings reported per
+// request (queue, prefill, TTFT) are in simulated time, so they are exact
+// functions of the workload and never of the host's noise.
+//
+// Block hashes are kvindex chained hashes over full blocks, seeded by the
+// request's cache_salt, exactly as the frontend computes them. Every block
+// stored, evicted or cleared becomes a kvevents.Event, handed to the
+// EventPublisher once per step (only when the step has events), under the
+// engine's lock, so SnapshotBlocks sees a state consistent with the events
+// published so far.
+//
+// KV payloads are not held: a block's bytes are kvpayload.Fill(hash, ...)
+// whenever a transport needs them.
+//
+// A Worker is safe for concurrent use; its Run loop is the only goroutine it
+// owns and returns when its context is done.
+package sim

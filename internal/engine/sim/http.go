@@ -1,0 +1,413 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+)
+
+// MaxBodyBytes bounds a request body; larger ones get 413. 8 MiB holds a
+// prompt of well over a million characters.
+const MaxBodyBytes = 8 << 20
+
+// Response headers carrying a non-streaming request's simulated timings,
+// in milliseconds.
+const (
+	HeaderTTFT    = "x-sim-ttft-ms"
+	HeaderQueue   = "x-sim-queue-ms"
+	HeaderPrefill = "x-sim-prefill-ms"
+	HeaderE2E     = "x-sim-e2e-ms"
+	HeaderCached  = "x-sim-cached-tokens"
+)
+
+// Handler serves the worker's HTTP API: /v1/completions,
+// /v1/chat/completions, /v1/models, /health, /metrics and
+// /reset_prefix_cache.
+func (w *Worker) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, false) })
+	mux.HandleFunc("POST /v1/chat/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, true) })
+	mux.HandleFunc("GET /v1/models", w.serveModels)
+	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, r *http.Request) {
+		openai.WriteJSON(rw, map[string]string{"status": "ok", "id": w.cfg.ID})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /reset_prefix_cache", func(rw http.ResponseWriter, r *http.Request) {
+		n := w.ResetPrefixCache()
+		openai.WriteJSON(rw, map[string]int{"cleared_blocks": n})
+	})
+	return mux
+}
+
+func (w *Worker) serveModels(rw http.ResponseWriter, _ *http.Request) {
+	openai.WriteJSON(rw, openai.ModelList{Object: "list", Data: []openai.Model{{
+		ID: w.cfg.Model, Object: "model", Created: w.startWall.Unix(), OwnedBy: "switchyard", MaxModelLen: w.maxLen,
+	}}})
+}
+
+// apiError is an OpenAI-shaped error on its way to the client.
+type apiError struct {
+	status int
+	typ    string
+	param  string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(param, format string, args ...any) *apiError {
+	return &apiError{http.StatusBadRequest, openai.TypeInvalidRequest, param, fmt.Sprintf(format, args...)}
+}
+
+// DecodeRequest parses a completions or chat request body strictly enough
+// to give a precise error: malformed JSON, a field of the wrong type,
+// trailing data.
+func DecodeRequest(body []byte) (*openai.CompletionRequest, error) {
+	var req openai.CompletionRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := te.Field
+			return nil, badRequest(field, "field %q has the wrong type: %s is not %s", field, te.Value, te.Type)
+		}
+		return nil, badRequest("", "malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badRequest("", "malformed JSON body: data after the request object")
+	}
+	return &req, nil
+}
+
+// genRequest is a validated request, ready for the engine.
+type genRequest struct {
+	req        *openai.CompletionRequest
+	tokens     []uint32
+	maxTokens  int // 0: natural stop
+	remoteDec  bool
+	remotePref bool
+}
+
+// validate checks a decoded request against this worker.
+func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest, *apiError) {
+	if req.Model != "" && req.Model != w.cfg.Model {
+		return nil, &apiError{http.StatusNotFound, openai.TypeNotFound, "model", fmt.Sprintf("model %q does not exist; this worker serves %q", req.Model, w.cfg.Model)}
+	}
+	g := &genRequest{req: req}
+	if chat {
+		if len(req.Messages) == 0 {
+			return nil, badRequest("messages", "messages must be a non-empty array")
+		}
+		g.tokens = w.tok.Encode(tokenizer.ChatPrompt(req.Messages))
+	} else {
+		switch {
+		case req.Prompt == nil:
+			return nil, badRequest("prompt", "prompt is required")
+		case req.Prompt.IsTokens:
+			for _, t := range req.Prompt.Tokens {
+				if int(t) >= w.tok.VocabSize() {
+					return nil, badRequest("prompt", "token id %d is outside the vocabulary (size %d)", t, w.tok.VocabSize())
+				}
+			}
+			g.tokens = req.Prompt.Tokens
+		default:
+			g.tokens = w.tok.Encode(req.Prompt.Text)
+		}
+	}
+	if len(g.tokens) == 0 {
+		return nil, badRequest("prompt", "prompt is empty")
+	}
+	mt := req.MaxTokens
+	if mt == nil {
+		mt = req.MaxCompletion
+	}
+	if mt != nil {
+		if *mt <= 0 {
+			return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d", *mt)
+		}
+		if err := w.checkLength(len(g.tokens), *mt); err != nil {
+			return nil, badRequest("max_tokens", "%v", err)
+		}
+		g.maxTokens = *mt
+	} else if err := w.checkLength(len(g.tokens), 1); err != nil {
+		return nil, badRequest("prompt", "%v", err)
+	}
+	if req.MinTokens != nil && (*req.MinTokens < 0 || (mt != nil && *req.MinTokens > *mt)) {
+		return nil, badRequest("min_tokens", "min_tokens must be between 0 and max_tokens")
+	}
+	if req.N != nil && *req.N != 1 {
+		return nil, badRequest("n", "n must be 1 on this worker")
+	}
+	if req.StreamOptions != nil && !req.Stream {
+		return nil, badRequest("stream_options", "stream_options is only allowed when stream is true")
+	}
+	if v, ok := req.KVTransferParams["do_remote_decode"].(bool); ok && v {
+		g.remoteDec = true
+		if w.cfg.Leaser == nil {
+			return nil, badRequest("kv_transfer_params", "this worker has no KV transfer configured")
+		}
+		if req.Stream {
+			return nil, badRequest("stream", "a prefill request (do_remote_decode) must not stream")
+		}
+	}
+	if v, ok := req.KVTransferParams["do_remote_prefill"].(bool); ok && v {
+		g.remotePref = true
+		if w.cfg.Puller == nil {
+			return nil, badRequest("kv_transfer_params", "this worker has no KV transfer configured")
+		}
+	}
+	return g, nil
+}
+
+func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat bool) {
+	reqID := r.Header.Get("x-request-id")
+	if reqID == "" {
+		reqID = fmt.Sprintf("%s-%d", w.cfg.ID, w.reqID.Add(1))
+	}
+	rw.Header().Set("x-request-id", reqID)
+	body, err := io.ReadAll(http.MaxBytesReader(rw, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeErr(rw, &apiError{http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "", fmt.Sprintf("request body exceeds %d bytes", MaxBodyBytes)})
+			return
+		}
+		writeErr(rw, badRequest("", "reading request body: %v", err))
+		return
+	}
+	req, err := DecodeRequest(body)
+	if err != nil {
+		writeErr(rw, err)
+		return
+	}
+	g, aerr := w.validate(req, chat)
+	if aerr != nil {
+		writeErr(rw, aerr)
+		return
+	}
+	ctx := r.Context()
+	if g.remotePref {
+		w.pullRemote(ctx, reqID, g)
+	}
+	st, err := w.Submit(Request{ID: reqID, Tokens: g.tokens, Salt: req.CacheSalt, MaxTokens: g.maxTokens, MinTokens: deref(req.MinTokens), IgnoreEOS: req.IgnoreEOS, Seed: req.Seed, Pin: g.remoteDec})
+	if err != nil {
+		writeErr(rw, engineError(err))
+		return
+	}
+	defer st.Close()
+	if req.Stream {
+		w.stream(ctx, rw, st, reqID, chat, req)
+		return
+	}
+	for {
+		_, done, err := st.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				writeErr(rw, engineError(err))
+			}
+			return // the client is gone; Close frees the blocks
+		}
+		if done {
+			break
+		}
+	}
+	res := st.Result()
+	var kvp map[string]any
+	if g.remoteDec {
+		if kvp, aerr = w.lease(reqID, res.Pinned); aerr != nil {
+			writeErr(rw, aerr)
+			return
+		}
+	}
+	h := rw.Header()
+	h.Set(HeaderTTFT, msString(res.TTFT))
+	h.Set(HeaderQueue, msString(res.Queue))
+	h.Set(HeaderPrefill, msString(res.Prefill))
+	h.Set(HeaderE2E, msString(res.E2E))
+	h.Set(HeaderCached, strconv.Itoa(res.CachedTokens))
+	usage := usageOf(res)
+	text := w.tok.Decode(res.Output)
+	created := time.Now().Unix()
+	if chat {
+		openai.WriteJSON(rw, openai.ChatResponse{
+			ID: "chatcmpl-" + reqID, Object: "chat.completion", Created: created, Model: w.cfg.Model,
+			Choices: []openai.ChatChoice{{Message: openai.Message{Role: "assistant", Content: text}, FinishReason: openai.StringPtr(res.FinishReason)}},
+			Usage:   usage, KVTransferParams: kvp,
+		})
+		return
+	}
+	openai.WriteJSON(rw, openai.CompletionResponse{
+		ID: "cmpl-" + reqID, Object: "text_completion", Created: created, Model: w.cfg.Model,
+		Choices: []openai.CompletionChoice{{Text: text, FinishReason: openai.StringPtr(res.FinishReason)}},
+		Usage:   usage, KVTransferParams: kvp,
+	})
+}
+
+// lease hands a prefill's pinned blocks to the Leaser and describes them
+// for the decode worker, as vLLM's P/D connector does.
+func (w *Worker) lease(reqID string, p *PinnedSet) (map[string]any, *apiError) {
+	token, err := w.cfg.Leaser.Lease(p.Hashes, p.Release)
+	if err != nil {
+		p.Release()
+		return nil, &apiError{http.StatusInternalServerError, openai.TypeServer, "", fmt.Sprintf("sim: lease blocks: %v", err)}
+	}
+	host, port, _ := net.SplitHostPort(w.cfg.KVXferAddr)
+	portN, _ := strconv.Atoi(port)
+	ids := p.Hashes
+	if ids == nil {
+		ids = []uint64{}
+	}
+	return map[string]any{
+		"do_remote_prefill": true,
+		"do_remote_decode":  false,
+		"remote_engine_id":  w.cfg.ID,
+		"remote_block_ids":  ids,
+		"remote_host":       host,
+		"remote_port":       portN,
+		"remote_request_id": reqID,
+		"lease":             token,
+		"tp_size":           w.cfg.TP,
+	}, nil
+}
+
+// pullRemote fetches a remote prefill's blocks into the cache before the
+// request is scheduled. Blocks must arrive in this prompt's own chain
+// order; a failure leaves what arrived and the rest is recomputed.
+func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) {
+	want := kvindex.HashChain(nil, g.req.CacheSalt, g.tokens, w.bs)
+	var got []uint64
+	insert := func(h uint64) error {
+		if len(got) >= len(want) || want[len(got)] != h {
+			return fmt.Errorf("sim: received block %016x is not block %d of this prompt", h, len(got))
+		}
+		got = append(got, h)
+		return nil
+	}
+	err := w.cfg.Puller.Pull(ctx, g.req.KVTransferParams, want, insert)
+	if len(got) > 0 {
+		if ierr := w.InsertBlocks(kvindex.Root(g.req.CacheSalt), got); ierr != nil {
+			err = errors.Join(err, ierr)
+		}
+		w.metrics.pulledBlocks.Add(float64(len(got)))
+	}
+	if err != nil {
+		w.metrics.pullFailures.Inc()
+		w.cfg.Logger.Warn("sim: remote prefill failed; recomputing locally", "worker", w.cfg.ID, "request_id", reqID, "blocks_received", len(got), "blocks_wanted", len(want), "err", err)
+	}
+}
+
+func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, st *Stream, reqID string, chat bool, req *openai.CompletionRequest) {
+	sse := openai.NewSSEWriter(rw)
+	rw.WriteHeader(http.StatusOK)
+	created := time.Now().Unix()
+	id := "cmpl-" + reqID
+	if chat {
+		id = "chatcmpl-" + reqID
+	}
+	chunk := func(text string, role string, finish *string) error {
+		if chat {
+			d := openai.Delta{Role: role}
+			if role == "" && finish == nil {
+				d.Content = &text
+			}
+			return sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: w.cfg.Model,
+				Choices: []openai.ChatChunkChoice{{Delta: d, FinishReason: finish}}})
+		}
+		return sse.Event(struct {
+			ID      string                    `json:"id"`
+			Object  string                    `json:"object"`
+			Created int64                     `json:"created"`
+			Model   string                    `json:"model"`
+			Choices []openai.CompletionChoice `json:"choices"`
+			Usage   *openai.Usage             `json:"usage"`
+		}{id, "text_completion", created, w.cfg.Model, []openai.CompletionChoice{{Text: text, FinishReason: finish}}, nil})
+	}
+	if chat {
+		if chunk("", "assistant", nil) != nil {
+			return
+		}
+	}
+	for {
+		toks, done, err := st.Next(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				_ = sse.Error(http.StatusServiceUnavailable, openai.TypeUnavailable, err.Error())
+			}
+			return
+		}
+		if len(toks) > 0 && chunk(w.tok.Decode(toks), "", nil) != nil {
+			return // client gone: Close aborts the request
+		}
+		if done {
+			break
+		}
+	}
+	res := st.Result()
+	if chunk("", "", openai.StringPtr(res.FinishReason)) != nil {
+		return
+	}
+	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
+		u := usageOf(res)
+		var err error
+		if chat {
+			err = sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: w.cfg.Model, Choices: []openai.ChatChunkChoice{}, Usage: u})
+		} else {
+			err = sse.Event(openai.CompletionResponse{ID: id, Object: "text_completion", Created: created, Model: w.cfg.Model, Choices: []openai.CompletionChoice{}, Usage: u})
+		}
+		if err != nil {
+			return
+		}
+	}
+	_ = sse.Done()
+}
+
+func usageOf(res Result) *openai.Usage {
+	return &openai.Usage{
+		PromptTokens:        res.PromptTokens,
+		CompletionTokens:    len(res.Output),
+		TotalTokens:         res.PromptTokens + len(res.Output),
+		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: res.CachedTokens},
+	}
+}
+
+func engineError(err error) *apiError {
+	switch {
+	case errors.Is(err, ErrNeverFits), errors.Is(err, ErrContextLength), errors.Is(err, ErrEmptyPrompt):
+		return badRequest("prompt", "%v", err)
+	case errors.Is(err, ErrStopped):
+		return &apiError{http.StatusServiceUnavailable, openai.TypeUnavailable, "", err.Error()}
+	}
+	return &apiError{http.StatusInternalServerError, openai.TypeServer, "", err.Error()}
+}
+
+func writeErr(rw http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{http.StatusInternalServerError, openai.TypeServer, "", err.Error()}
+	}
+	openai.WriteError(rw, ae.status, ae.typ, ae.param, ae.msg)
+}
+
+func msString(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64)
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
