@@ -34,7 +34,10 @@ type Config struct {
 	IdleTimeout    time.Duration // longest gap between body chunks; default 30 s
 	RequestTimeout time.Duration // whole upstream exchange; default 10 min
 
-	DisaggMode string // never, always or auto (default); always and auto both ask the gate
+	// DisaggMode is the initial disaggregation mode: never, always or auto
+	// (default); always and auto both ask the gate, passing the mode in
+	// GateInput. PUT /admin/disagg and Server.SetDisaggMode switch it.
+	DisaggMode string
 
 	Registry *prometheus.Registry // where the frontend registers its metrics; nil: a private one
 	Logger   *slog.Logger         // nil: slog.Default()

@@ -29,6 +29,12 @@ type Worker struct {
 	URL         string // base URL of its OpenAI API, e.g. http://10.0.0.5:8001
 	MaxModelLen int
 	Load        Load
+
+	// Optional registry details, shown in /health when set.
+	BlockSize       int    // KV block size in tokens
+	KVBytesPerToken int64  // KV cache bytes one token occupies
+	KVXferAddr      string // host:port of the worker's KV-transfer server
+	Profile         any    // the worker's timing profile, as registered
 }
 
 // Refusal is a worker that registered but may not serve (model or block size
@@ -122,6 +128,7 @@ type Index interface {
 // GateInput describes one request to the disaggregation gate.
 type GateInput struct {
 	RequestID            string
+	Mode                 string // the disaggregation mode in force: DisaggAlways or DisaggAuto
 	PromptTokens         int
 	Decode               string // the decode worker the router chose
 	DecodeOverlapBlocks  int
@@ -158,6 +165,82 @@ type Gate interface {
 	Observe(o Observation)
 }
 
+// GateSettings are the disaggregation gate's tunables, for GET /admin/disagg.
+type GateSettings struct {
+	Margin  float64       // fraction by which remote must be predicted faster
+	TTFTSLO time.Duration // time-to-first-token objective
+	ITLSLO  time.Duration // inter-token latency objective
+}
+
+// GateInfo reports the gate's settings. Deps.GateInfo may provide it; if it
+// is nil, a Gate that also has this method is used.
+type GateInfo interface {
+	Settings() GateSettings
+}
+
+// LinkStatus is the current estimate of one prefill → decode link.
+type LinkStatus struct {
+	BytesPerSec float64
+	RTT         time.Duration
+	Measured    bool   // false: no probe or transfer has been seen yet
+	Samples     int    // probes and transfers the estimate is built from
+	Emulated    string // e.g. "1 Gbit/s (emulated)"; empty for a real link
+}
+
+// Links reports link estimates between workers.
+type Links interface {
+	// Link returns the estimate of the from → to link, or false if the
+	// link is not known at all.
+	Link(from, to string) (LinkStatus, bool)
+}
+
+// ProbeResult is one measured transfer of a link probe.
+type ProbeResult struct {
+	Bytes       int64
+	Duration    time.Duration
+	BytesPerSec float64
+	RTT         time.Duration
+	Emulated    string // e.g. "1 Gbit/s (emulated)"; empty for a real link
+}
+
+// Prober measures a link by moving bytes from a prefill worker to a decode
+// worker. It runs for as long as ctx allows.
+type Prober interface {
+	Probe(ctx context.Context, from, to Worker, bytes int64) (ProbeResult, error)
+}
+
+// PredictInput asks for the gate's prediction at several prompt lengths for
+// one prefill → decode pair, with empty queues and nothing cached.
+type PredictInput struct {
+	PromptTokens []int
+	Prefill      Worker
+	Decode       Worker
+}
+
+// PromptPrediction is the prediction for one prompt length.
+type PromptPrediction struct {
+	PromptTokens int
+	KVBytes      int64
+	Transfer     time.Duration // 0 when the link is unmeasured
+	LocalTTFT    time.Duration
+	RemoteTTFT   time.Duration
+	Choice       string // "local" or "remote"
+	Reason       string
+}
+
+// Prediction is the answer of a Predictor: one entry per input length, in
+// input order, and the link estimate used.
+type Prediction struct {
+	Predictions []PromptPrediction
+	Link        LinkStatus
+}
+
+// Predictor runs the disaggregation math without a request. Deps.Predictor
+// may provide it; if it is nil, a Gate that also has this method is used.
+type Predictor interface {
+	Predict(ctx context.Context, in PredictInput) (Prediction, error)
+}
+
 // Tokenizer turns prompt text into token IDs; *tokenizer.Tokenizer fits.
 type Tokenizer interface {
 	Encode(text string) []uint32
@@ -173,6 +256,29 @@ type Deps struct {
 	Gate      Gate
 	Index     Index
 	Tokenizer Tokenizer // nil: the process-wide cl100k tokenizer
+
+	Links     Links     // link estimates for /admin/links and /health; nil: every link unmeasured
+	Prober    Prober    // runs POST /admin/links/probe; nil: 501
+	GateInfo  GateInfo  // nil: Gate, if it implements GateInfo
+	Predictor Predictor // runs POST /admin/disagg/predict; nil: Gate, if it implements Predictor
+}
+
+// gateInfo returns the configured GateInfo, if any.
+func (d *Deps) gateInfo() GateInfo {
+	if d.GateInfo != nil {
+		return d.GateInfo
+	}
+	gi, _ := d.Gate.(GateInfo)
+	return gi
+}
+
+// predictor returns the configured Predictor, if any.
+func (d *Deps) predictor() Predictor {
+	if d.Predictor != nil {
+		return d.Predictor
+	}
+	p, _ := d.Gate.(Predictor)
+	return p
 }
 
 var errNoCandidates = errors.New("frontend: no candidate workers")

@@ -15,11 +15,39 @@
 //	POST /admin/reset-cache                             POST {worker}/reset_prefix_cache on every worker
 //	GET  /admin/events                                  per-worker KV event details
 //	POST /admin/lookup                                  prefix overlap of a prompt on each worker
+//	GET  /admin/links                                   every prefill → decode link estimate
+//	POST /admin/links/probe                             measure one link (Deps.Prober)
+//	GET  /admin/disagg, PUT /admin/disagg               disaggregation mode and gate settings
+//	POST /admin/disagg/predict                          the gate's prediction for prompt lengths
+//
+// GET /admin/links answers {"links": [{"from", "to", "bytes_per_sec",
+// "rtt_ms", "measured", "samples", "emulated"}]}, one entry per registered
+// (prefill worker, decode worker) pair, from Deps.Links; a pair it does not
+// know is listed with measured false.
+//
+// POST /admin/links/probe takes {"from": prefill id, "to": decode id,
+// "bytes": n} (n in (0, 1 GiB], default 64 MiB) and answers {"from", "to",
+// "bytes", "seconds", "bytes_per_sec", "rtt_ms", "emulated"}. The probe may
+// take bytes / 10 MB/s + 10 s; a failed probe is a 502 carrying its error.
+//
+// GET /admin/disagg answers {"mode", "margin", "ttft_slo_ms", "itl_slo_ms"}
+// (the settings only when a GateInfo is configured); PUT /admin/disagg
+// {"mode": "never"|"always"|"auto"} switches the mode for subsequent
+// requests.
+//
+// POST /admin/disagg/predict takes {"prompt_tokens": [n, ...], "prefill": id,
+// "decode": id} (1 to 64 lengths, each in [1, 1048576]; the workers default
+// to the first prefill and first decode worker) and answers
+// {"prefill", "decode", "predictions": [{"prompt_tokens", "kv_bytes",
+// "transfer_s", "local_ttft_s", "remote_ttft_s", "choice", "reason"}],
+// "link": {"bytes_per_sec", "rtt_ms", "measured", "emulated"}}, from
+// Deps.Predictor with empty queues and nothing cached.
 //
 // Every proxied response carries x-switchyard-worker, x-switchyard-overlap-tokens
 // and x-switchyard-policy; when the disaggregation gate was consulted it also
-// carries x-switchyard-prefill (local|remote), x-switchyard-disagg-reason,
-// x-switchyard-predicted-ttft-ms and x-switchyard-kv-bytes.
+// carries x-switchyard-disagg-mode (always|auto), x-switchyard-prefill
+// (local|remote), x-switchyard-disagg-reason, x-switchyard-predicted-ttft-ms
+// and x-switchyard-kv-bytes.
 //
 // # Authentication
 //
@@ -39,8 +67,14 @@
 //	 "block_size": 16, "policy": "kv", "disagg": "auto",
 //	 "workers": [{"id", "role", "model", "url", "inflight",
 //	              "load": {"running", "waiting", "kv_usage"},
-//	              "events": {"state": "healthy", "cause", ...}}],
-//	 "refused": [{"id", "reason"}]}
+//	              "events": {"state": "healthy", "cause", ...},
+//	              "block_size", "kv_bytes_per_token", "kvxfer_addr", "profile"}],
+//	 "refused": [{"id", "reason"}],
+//	 "links": [{"from", "to", "bytes_per_sec", "rtt_ms", "measured", "samples", "emulated"}]}
+//
+// A worker's block_size, kv_bytes_per_token, kvxfer_addr and profile appear
+// only when set. links, the same entries as GET /admin/links, appears only
+// when there are prefill workers (and decode workers to pair them with).
 //
 // status is "degraded" (HTTP 200) when any worker's KV events are not
 // healthy, and "unavailable" (HTTP 503, with reason) when no worker can serve
@@ -51,7 +85,12 @@
 // A worker that fails before the first byte of its answer (connection
 // refused, 5xx status, timeout to headers, connection dropped before any body
 // byte) is retried once on another worker chosen by the router without the
-// failed one. A failure after bytes reached the client ends an SSE stream
+// failed one. A failed remote prefill falls back to local prefill on the
+// decode worker; a decode worker that fails after a successful remote
+// prefill is retried on another worker with the original body, prefilling
+// locally (P's kv_transfer_params are meant for the failed worker). Both
+// count in switchyard_prefill_fallbacks_total. The gate does not learn from
+// a retried request: its TTFT includes the failed attempt. A failure after bytes reached the client ends an SSE stream
 // with data: {"error":{...}} and data: [DONE]; a non-streaming request gets an
 // OpenAI-shaped 502. Every upstream call is bounded by a connect timeout, a
 // header timeout, an idle-between-chunks timeout and an overall request

@@ -19,7 +19,8 @@ type route struct {
 	overlap int // blocks, per the router
 	policy  string
 
-	gated   bool // the gate was consulted
+	gated   bool   // the gate was consulted
+	mode    string // the disaggregation mode in force, when gated
 	gate    GateDecision
 	prefill Worker // the prefill worker, when gate.Remote
 	kvBytes int64  // bytes moved, when the remote prefill succeeded
@@ -122,7 +123,9 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	for attempt := 0; ; attempt++ {
 		res, err := s.forward(ctx, w, r, ep, pr, body, reqID, &rt, start)
 		if err == nil {
-			if rt.gated && s.deps.Gate != nil && res.ttft > 0 {
+			// A retried request's TTFT includes the failed attempt: it is
+			// no sample of the path taken, so the gate does not learn from it.
+			if rt.gated && s.deps.Gate != nil && res.ttft > 0 && attempt == 0 {
 				o := Observation{RequestID: reqID, Remote: rt.gate.Remote, TTFT: res.ttft, To: rt.target.ID, KVBytes: rt.kvBytes,
 					Predicted: rt.gate.PredictedLocal}
 				if rt.gate.Remote {
@@ -157,6 +160,17 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		}
 		s.m.retries.Inc()
 		i := slices.IndexFunc(rest, func(wk Worker) bool { return wk.ID == dec.WorkerID })
+		if rt.gated && rt.gate.Remote {
+			// P's kv_transfer_params name blocks held for the failed decode
+			// worker; another worker must prefill the prompt itself.
+			s.m.fallbacks.Inc()
+			s.log.Warn("decode worker failed after remote prefill; retrying with local prefill", "request_id", reqID,
+				"prefill", rt.prefill.ID, "failed", rt.target.ID, "retry", dec.WorkerID)
+			rt.gate.Remote = false
+			rt.gate.Reason = fmt.Sprintf("decode worker %s failed after remote prefill, retried with local prefill: %s", rt.target.ID, rt.gate.Reason)
+			rt.kvBytes = 0
+			body = pr.body
+		}
 		rt.target, rt.overlap, rt.policy = rest[i], dec.OverlapBlocks, dec.Policy
 	}
 }
@@ -222,7 +236,8 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	}
 	i := slices.IndexFunc(serving, func(wk Worker) bool { return wk.ID == dec.WorkerID })
 	rt := route{target: serving[i], overlap: dec.OverlapBlocks, policy: dec.Policy}
-	if rt.target.Role != RoleDecode || s.deps.Gate == nil || s.cfg.DisaggMode == DisaggNever {
+	mode := s.DisaggMode()
+	if rt.target.Role != RoleDecode || s.deps.Gate == nil || mode == DisaggNever {
 		return rt, nil
 	}
 	var prefills []Worker
@@ -237,16 +252,16 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	pdec, err := s.pick(ctx, pr, reqID, prefills)
 	if err != nil {
 		// No usable prefill worker: prefill locally, and say so.
-		rt.gated = true
+		rt.gated, rt.mode = true, mode
 		rt.gate = GateDecision{Reason: "no prefill worker: " + err.Error()}
 		return rt, nil
 	}
 	gd := s.deps.Gate.Decide(ctx, GateInput{
-		RequestID: reqID, PromptTokens: len(pr.tokens),
+		RequestID: reqID, Mode: mode, PromptTokens: len(pr.tokens),
 		Decode: rt.target.ID, DecodeOverlapBlocks: rt.overlap,
 		Prefill: pdec.WorkerID, PrefillOverlapBlocks: pdec.OverlapBlocks,
 	})
-	rt.gated, rt.gate = true, gd
+	rt.gated, rt.mode, rt.gate = true, mode, gd
 	if gd.Remote {
 		pid := pdec.WorkerID
 		if gd.Prefill != "" {
@@ -275,6 +290,7 @@ func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
 	if rt.gate.Remote {
 		where, pred = "remote", rt.gate.PredictedRemote
 	}
+	h.Set(HeaderDisaggMode, rt.mode)
 	h.Set(HeaderPrefill, where)
 	h.Set(HeaderDisaggReason, rt.gate.Reason)
 	h.Set(HeaderPredictedTTFT, strconv.FormatFloat(float64(pred)/float64(time.Millisecond), 'f', 3, 64))

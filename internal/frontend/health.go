@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -19,6 +20,9 @@ type Health struct {
 	Disagg    string         `json:"disagg"`
 	Workers   []WorkerHealth `json:"workers"`
 	Refused   []Refusal      `json:"refused"`
+	// Links are the prefill → decode link estimates; present only when
+	// there are prefill workers.
+	Links []LinkInfo `json:"links,omitempty"`
 }
 
 // WorkerHealth is one worker in /health.
@@ -30,6 +34,11 @@ type WorkerHealth struct {
 	InFlight int64        `json:"inflight"` // requests this frontend has open on it
 	Load     Load         `json:"load"`
 	Events   *EventStatus `json:"events"`
+
+	BlockSize       int    `json:"block_size,omitempty"`
+	KVBytesPerToken int64  `json:"kv_bytes_per_token,omitempty"`
+	KVXferAddr      string `json:"kvxfer_addr,omitempty"`
+	Profile         any    `json:"profile,omitempty"`
 }
 
 // Health statuses.
@@ -44,7 +53,7 @@ func (s *Server) Health() Health {
 	workers := s.deps.Workers.List()
 	h := Health{
 		Status: HealthOK, Model: s.cfg.Model, BlockSize: s.cfg.BlockSize,
-		Policy: s.deps.Router.Policy(), Disagg: s.cfg.DisaggMode,
+		Policy: s.deps.Router.Policy(), Disagg: s.DisaggMode(),
 		Workers: make([]WorkerHealth, 0, len(workers)),
 		Refused: s.deps.Workers.Refused(),
 	}
@@ -54,7 +63,8 @@ func (s *Server) Health() Health {
 	var unhealthy []string
 	for _, wk := range workers {
 		wh := WorkerHealth{ID: wk.ID, Role: wk.Role, Model: wk.Model, URL: wk.URL, Load: wk.Load,
-			InFlight: s.inflightCounter(wk.ID).Load()}
+			InFlight: s.inflightCounter(wk.ID).Load(), BlockSize: wk.BlockSize, KVBytesPerToken: wk.KVBytesPerToken,
+			KVXferAddr: wk.KVXferAddr, Profile: wk.Profile}
 		st := EventStatus{State: "unknown", Cause: "no event consumer reports this worker"}
 		if s.deps.Events != nil {
 			if got, ok := s.deps.Events.EventStatus(wk.ID); ok {
@@ -66,6 +76,9 @@ func (s *Server) Health() Health {
 			unhealthy = append(unhealthy, fmt.Sprintf("%s events %s", wk.ID, st.State))
 		}
 		h.Workers = append(h.Workers, wh)
+	}
+	if slices.ContainsFunc(workers, func(wk Worker) bool { return wk.Role == RolePrefill }) {
+		h.Links = s.linkInfos(workers)
 	}
 	if reason := s.unavailableReason(workers); reason != "" {
 		h.Status, h.Reason = HealthUnavailable, reason

@@ -18,6 +18,8 @@ const (
 	errKindUpstreamIdle   = "upstream_idle_timeout"
 	errKindClientCanceled = "client_canceled"
 	errKindPrefill        = "prefill_failed"
+	errKindProbe          = "probe_failed"
+	errKindPredict        = "predict_failed"
 )
 
 // metrics are every collector the frontend defines. Router, event and gate

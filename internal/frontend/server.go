@@ -27,6 +27,7 @@ const (
 	HeaderDisaggReason  = "x-switchyard-disagg-reason"
 	HeaderPredictedTTFT = "x-switchyard-predicted-ttft-ms"
 	HeaderKVBytes       = "x-switchyard-kv-bytes"
+	HeaderDisaggMode    = "x-switchyard-disagg-mode"
 	// HeaderPinWorker, on a request with admin access, bypasses the router.
 	HeaderPinWorker = "x-switchyard-pin-worker"
 	headerRequestID = "x-request-id"
@@ -46,6 +47,10 @@ type Server struct {
 	reqPrefix string
 	reqSeq    atomic.Uint64
 
+	// mode is the disaggregation mode in force (a string), switched at run
+	// time by PUT /admin/disagg.
+	mode atomic.Value
+
 	// inflight counts requests per worker ID (values are *atomic.Int64),
 	// for /health; sync.Map because the key set is stable and read-mostly.
 	inflight sync.Map
@@ -60,6 +65,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("frontend: deps: Workers and Router are required")
 	}
 	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now()}
+	s.mode.Store(cfg.DisaggMode)
 	s.tok = deps.Tokenizer
 	if s.tok == nil {
 		t, err := tokenizer.New()
@@ -95,7 +101,25 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("POST /admin/reset-cache", s.admin(s.handleResetCache))
 	s.mux.HandleFunc("GET /admin/events", s.admin(s.handleEvents))
 	s.mux.HandleFunc("POST /admin/lookup", s.admin(s.handleLookup))
+	s.mux.HandleFunc("GET /admin/links", s.admin(s.handleLinks))
+	s.mux.HandleFunc("POST /admin/links/probe", s.admin(s.handleProbe))
+	s.mux.HandleFunc("GET /admin/disagg", s.admin(s.handleGetDisagg))
+	s.mux.HandleFunc("PUT /admin/disagg", s.admin(s.handlePutDisagg))
+	s.mux.HandleFunc("POST /admin/disagg/predict", s.admin(s.handlePredict))
 	return s, nil
+}
+
+// DisaggMode returns the disaggregation mode in force.
+func (s *Server) DisaggMode() string { return s.mode.Load().(string) }
+
+// SetDisaggMode switches the disaggregation mode for subsequent requests.
+func (s *Server) SetDisaggMode(mode string) error {
+	switch mode {
+	case DisaggNever, DisaggAlways, DisaggAuto:
+		s.mode.Store(mode)
+		return nil
+	}
+	return fmt.Errorf("frontend: disagg mode %q: want never, always or auto", mode)
 }
 
 // Handler returns the HTTP handler serving every endpoint.
