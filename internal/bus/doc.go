@@ -1,0 +1,18 @@
+// Package bus is Switchyard's control-plane transport: NATS.
+//
+// It starts an embedded NATS server with JetStream (StartEmbedded) when the
+// deployment has no external one, connects to a server or cluster (Connect),
+// names every subject and bucket under a namespace so deployments can share
+// one NATS (Subjects), keeps the worker registry in a JetStream key-value
+// bucket whose entries expire when a worker stops heartbeating (Registry,
+// Registration, Watcher), and carries load reports (PublishLoad,
+// RunLoadReporter, SubscribeLoad).
+//
+// Guarantees: a worker that stops refreshing its registry entry leaves every
+// Watcher's routable view within the registry TTL, whether or not the server
+// delivers an expiry marker. A worker whose model or block size differs from
+// the frontend's is never routable; it is kept in a refused list with the
+// reason, logged at error level and counted.
+//
+// It does not carry requests or KV blocks: those go over HTTP and kvxfer.
+package bus

@@ -1,0 +1,85 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// LoadReport is a worker's queue and cache state, published a few times a
+// second for the router and the disaggregation gate. JSON on the wire: the
+// rate is low and the format is easy to inspect with `nats sub`.
+type LoadReport struct {
+	WorkerID            string  `json:"worker_id"`
+	Running             int     `json:"running"`
+	Waiting             int     `json:"waiting"`
+	QueuedPrefillTokens int     `json:"queued_prefill_tokens"`
+	ActiveDecodeBlocks  int     `json:"active_decode_blocks"`
+	KVUsage             float64 `json:"kv_usage"` // 0–1
+	UsedBlocks          int     `json:"used_blocks"`
+	TotalBlocks         int     `json:"total_blocks"`
+	UnixNano            int64   `json:"unix_nano"`
+}
+
+// DefaultLoadEvery is how often RunLoadReporter publishes.
+const DefaultLoadEvery = 250 * time.Millisecond
+
+// PublishLoad publishes one report on its worker's load subject.
+func PublishLoad(nc *nats.Conn, subj Subjects, r LoadReport) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("bus: encode load report: %w", err)
+	}
+	if err := nc.Publish(subj.Load(r.WorkerID), data); err != nil {
+		return fmt.Errorf("bus: publish load report for %s: %w", r.WorkerID, err)
+	}
+	return nil
+}
+
+// RunLoadReporter publishes report() every every (0 means DefaultLoadEvery)
+// until ctx ends. Publish failures are logged; it returns nil when ctx ends.
+func RunLoadReporter(ctx context.Context, nc *nats.Conn, subj Subjects, every time.Duration, report func() LoadReport, log *slog.Logger) error {
+	if every <= 0 {
+		every = DefaultLoadEvery
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var lastErr time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			r := report()
+			if r.UnixNano == 0 {
+				r.UnixNano = time.Now().UnixNano()
+			}
+			if err := PublishLoad(nc, subj, r); err != nil && time.Since(lastErr) > 10*time.Second {
+				lastErr = time.Now()
+				log.Warn("load report not published", "worker", r.WorkerID, "err", err)
+			}
+		}
+	}
+}
+
+// SubscribeLoad calls fn for every load report in the namespace, from one
+// NATS delivery goroutine. Undecodable reports are dropped.
+func SubscribeLoad(nc *nats.Conn, subj Subjects, fn func(LoadReport)) (*nats.Subscription, error) {
+	sub, err := nc.Subscribe(subj.LoadAll(), func(m *nats.Msg) {
+		var r LoadReport
+		if json.Unmarshal(m.Data, &r) == nil && r.WorkerID != "" {
+			fn(r)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: subscribe load reports: %w", err)
+	}
+	return sub, nil
+}

@@ -1,0 +1,40 @@
+// Package kvevents carries KV-cache events from workers to the frontend's
+// prefix index: the event types, their wire codec, the worker-side
+// Publisher and the frontend-side Consumer that applies batches to an index
+// and tracks each worker's event health.
+//
+// # Ordering
+//
+// A worker publishes every batch from one NATS connection. NATS delivers the
+// messages of one publishing connection on one subject in publish order to
+// each subscriber, and routes between cluster nodes keep that order, so the
+// consumer sees a worker's batches in sequence order unless some are lost.
+// Sequence numbers start at 1 in each epoch (a new epoch at every worker
+// start, taken from the clock so a restart's epoch is larger) and count every
+// batch, heartbeats included, so any loss shows as a gap.
+//
+// # Loss, backpressure and recovery
+//
+// Nothing is retried or acknowledged. A publish never blocks the engine:
+// nats.Conn buffers it (and, while disconnected, up to the connection's
+// reconnect buffer), and a failed publish is counted and logged, still
+// consuming its sequence number. A consumer that falls behind is cut off by
+// NATS as a slow consumer, which drops messages. Every one of these is seen
+// by the consumer as a gap (or as silence), and it resynchronises: it asks
+// the worker for a snapshot of the blocks it holds, tagged with the sequence
+// number of the last batch included, replaces the worker's index entries
+// with it, and replays the batches it buffered meanwhile that come after.
+//
+// # Health
+//
+// Each worker is in one of four states: healthy (in sync), resyncing (a gap,
+// an epoch change or first contact mid-stream; also a registered worker not
+// yet heard from), silent (no batch or heartbeat for SilenceAfter; default
+// 2.5 s against a 1 s heartbeat, so a stalled stream is flagged within 3 s)
+// and disabled (the registry says the worker publishes no events). While a
+// worker is silent or resyncing its index entries are kept, but marked
+// unhealthy: the router should then use its approximate fallback for that
+// worker rather than trust them, and never assume an empty cache.
+//
+// It does not decide routing and does not persist anything.
+package kvevents
