@@ -51,6 +51,10 @@ func (s Subjects) Load(worker string) string { return "sy." + s.ns() + ".load." 
 // LoadAll matches every worker's load subject.
 func (s Subjects) LoadAll() string { return "sy." + s.ns() + ".load.*" }
 
+// Transfers is where decode workers report each completed KV pull, so
+// frontends can keep their link estimates current.
+func (s Subjects) Transfers() string { return "sy." + s.ns() + ".xfer" }
+
 // WorkersBucket is the JetStream key-value bucket of the worker registry.
 func (s Subjects) WorkersBucket() string { return "sy_" + s.ns() + "_workers" }
 

@@ -2,15 +2,12 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
-	"time"
 
-	"github.com/switchyard-llm/switchyard/internal/engine/sim"
+	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/kvxfer"
+	"github.com/switchyard-llm/switchyard/internal/node"
 )
 
 func init() {
@@ -20,27 +17,28 @@ func init() {
 // workerFlags are the worker's command-line settings.
 type workerFlags struct {
 	engine   string
-	httpAddr string
-	sim      sim.Config
+	logLevel string
+	linkRate string
+	eventsOn bool
+	bus      busFlags
+	tls      kvxfer.TLSFiles
+	node     node.WorkerConfig
 }
 
 func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	var f workerFlags
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.StringVar(&f.engine, "engine", "sim", "engine: sim (the built-in simulator)")
-	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8100", "HTTP listen address")
-	fs.StringVar(&f.sim.ID, "id", "sim-0", "worker id")
-	fs.StringVar(&f.sim.Role, "role", "aggregated", "aggregated, prefill or decode")
-	fs.StringVar(&f.sim.Model, "model", "qwen3-0.6b", "model preset: qwen3-0.6b, llama-3.1-8b, qwen3-32b, llama-3.1-70b, llama-2-70b")
-	fs.StringVar(&f.sim.GPU, "gpu", "rtx-4060", "GPU preset: rtx-4060, l4, a100-80g, h100, h200")
-	fs.IntVar(&f.sim.TP, "tp", 0, "tensor parallelism (0: smallest that fits the weights)")
-	fs.IntVar(&f.sim.BlockSize, "block-size", 16, "tokens per KV block")
-	fs.IntVar(&f.sim.KVBlocks, "kv-blocks", 0, "KV blocks (0: from GPU memory)")
-	fs.Float64Var(&f.sim.GPUMemoryUtilization, "gpu-memory-utilization", 0.9, "share of GPU memory for weights and KV cache")
-	fs.IntVar(&f.sim.MaxNumBatchedTokens, "max-num-batched-tokens", 8192, "token budget per scheduler step")
-	fs.IntVar(&f.sim.MaxNumSeqs, "max-num-seqs", 256, "running sequences at most")
-	fs.Float64Var(&f.sim.Speedup, "speedup", 1, "simulated seconds per wall-clock second")
-	fs.Int64Var(&f.sim.Seed, "seed", 0, "generation seed for requests that carry none")
+	fs.StringVar(&f.node.HTTPAddr, "http-addr", "127.0.0.1:8100", "HTTP listen address")
+	fs.StringVar(&f.node.Sim.ID, "id", "sim-0", "worker id (unique in the deployment)")
+	fs.StringVar(&f.node.Sim.Role, "role", "aggregated", "aggregated, prefill or decode")
+	engineFlags(fs, &f.node.Sim)
+	f.bus.add(fs, "NATS URL to register and publish KV events on (empty: standalone, no registration)")
+	fs.BoolVar(&f.eventsOn, "kv-events", true, "publish KV events (false demonstrates the frontend's health check)")
+	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port)")
+	tlsFlags(fs, &f.tls)
+	fs.StringVar(&f.linkRate, "link-rate", "", "prefill role: emulate the link to decode workers at this rate, e.g. 1gbit (in-process token bucket)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return f, code
 	}
@@ -48,6 +46,18 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 		fmt.Fprintf(env.Stderr, "switchyard worker: engine %q is not available; use --engine sim\n", f.engine)
 		return f, ExitUsage
 	}
+	switch f.node.Sim.Role {
+	case bus.RoleAggregated, bus.RolePrefill, bus.RoleDecode:
+	default:
+		fmt.Fprintf(env.Stderr, "switchyard worker: --role %q: want aggregated, prefill or decode\n", f.node.Sim.Role)
+		return f, ExitUsage
+	}
+	var err error
+	if f.node.LinkRate, err = parseLinkRate(f.linkRate); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return f, ExitUsage
+	}
+	f.node.KVEventsOff = !f.eventsOn
 	return f, -1
 }
 
@@ -56,56 +66,53 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 	if code >= 0 {
 		return code
 	}
-	f.sim.Logger = slog.New(slog.NewTextHandler(env.Stderr, nil))
-	w, err := startSimWorker(f.sim)
+	log, err := newLogger(env.Stderr, f.logLevel)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitUsage
+	}
+	cfg := f.node
+	cfg.Logger = log
+	if err := applyTLS(f.tls, &cfg); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitUsage
+	}
+	if f.bus.nats != "" {
+		if cfg.Subjects, err = bus.NewSubjects(f.bus.namespace); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard worker: --namespace: %v\n", err)
+			return ExitUsage
+		}
+		nc, err := connectBus(ctx, f.bus.nats, "switchyard-worker-"+cfg.Sim.ID)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+			return ExitFail
+		}
+		defer nc.Close()
+		cfg.NC = nc
+		cfg.RegistryTTL = f.bus.registryTTL
+	}
+	w, err := node.StartWorker(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return ExitFail
 	}
-	ln, err := net.Listen("tcp", f.httpAddr)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "switchyard worker: listen on %s: %v (is another worker using the port? pick one with --http-addr)\n", f.httpAddr, err)
-		return ExitFail
+	info := w.Info()
+	fmt.Fprintf(env.Stderr, "switchyard worker %s (%s, %s on %d × %s, %d KV blocks of %d tokens, max_model_len %d)\n",
+		info.ID, info.Role, info.Model, info.Profile.TP, info.Profile.GPU, info.KVBlocks, info.BlockSize, info.MaxModelLen)
+	if info.KVXferAddr != "" {
+		fmt.Fprintf(env.Stderr, "  KV transfer on %s%s\n", info.KVXferAddr, map[bool]string{true: ", link emulated at " + f.node.LinkRate.String(), false: ""}[f.node.LinkRate > 0])
 	}
-	if err := serveSimWorker(ctx, w, ln, env); err != nil {
+	if cfg.NC == nil {
+		fmt.Fprintln(env.Stderr, "  standalone: not registered (give --nats URL to join a deployment)")
+	}
+	fmt.Fprintf(env.Stdout, "ready: %s\n", w.URL())
+	select {
+	case <-ctx.Done():
+	case <-w.Done():
+	}
+	if err := w.Close(); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return ExitFail
 	}
 	return ExitOK
-}
-
-// startSimWorker builds a simulated worker; `up` calls it once per worker.
-func startSimWorker(cfg sim.Config) (*sim.Worker, error) {
-	return sim.NewWorker(cfg)
-}
-
-// serveSimWorker runs w's scheduler and serves its API on ln until ctx is
-// done, then shuts both down and waits for them.
-func serveSimWorker(ctx context.Context, w *sim.Worker, ln net.Listener, env Env) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	runDone := make(chan error, 1)
-	go func() { runDone <- w.Run(ctx) }()
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- srv.Serve(ln) }()
-	c := w.Config()
-	info := w.Info()
-	fmt.Fprintf(env.Stderr, "switchyard worker %s (%s on %d × %s, %d KV blocks of %d tokens, max_model_len %d) listening on http://%s\n",
-		c.ID, c.Model, c.TP, c.GPU, info.KVBlocks, info.BlockSize, info.MaxModelLen, ln.Addr())
-	var serveErr error
-	select {
-	case <-ctx.Done():
-	case serveErr = <-serveDone:
-		cancel()
-	}
-	shutCtx, shutCancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer shutCancel()
-	cancel() // stop the engine first so streaming handlers finish
-	runErr := <-runDone
-	_ = srv.Shutdown(shutCtx)
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", serveErr)
-	}
-	return runErr
 }

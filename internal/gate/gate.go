@@ -96,6 +96,9 @@ type PrefillFunc func(newTokens, cachedTokens int) time.Duration
 // Input is everything Decide needs about one request. Token counts are
 // clamped to [0, PromptTokens].
 type Input struct {
+	// Mode overrides Config.Mode for this request ("" keeps it), so the
+	// frontend can switch modes at run time.
+	Mode            Mode
 	PromptTokens    int
 	CachedD         int // h_D: prompt tokens already cached on the decode worker
 	CachedP         int // h_P: prompt tokens already cached on the prefill worker
@@ -218,18 +221,23 @@ func (g *Gate) Links() *LinkEstimator { return g.links }
 // Decide chooses where to prefill and explains why. It does no I/O and does
 // not allocate; it counts the decision in the metrics.
 func (g *Gate) Decide(in Input) Decision {
-	d := g.predict(in)
+	d := g.Predict(in)
 	g.counter[counterKey{d.Mode, d.Choice, d.Reason}].Inc()
 	return d
 }
 
 func clamp(v, hi int) int { return max(0, min(v, hi)) }
 
-func (g *Gate) predict(in Input) Decision {
+// Predict is Decide without counting the decision: for what-if questions
+// such as preflight's disaggregation math.
+func (g *Gate) Predict(in Input) Decision {
 	n := max(0, in.PromptTokens)
 	hD, hP := clamp(in.CachedD, n), clamp(in.CachedP, n)
 	newD, newP := n-hD, n-hP
 	d := Decision{Mode: g.cfg.Mode}
+	if in.Mode != "" {
+		d.Mode = in.Mode
+	}
 
 	var prefillD time.Duration
 	if newD > 0 && in.PrefillD != nil {
@@ -264,9 +272,9 @@ func (g *Gate) predict(in Input) Decision {
 	switch {
 	case !hasP:
 		d.Choice, d.Reason = ChoiceLocal, ReasonNoPrefillWorker
-	case g.cfg.Mode == ModeNever:
+	case d.Mode == ModeNever:
 		d.Choice, d.Reason = ChoiceLocal, ReasonModeNever
-	case g.cfg.Mode == ModeAlways:
+	case d.Mode == ModeAlways:
 		d.Choice, d.Reason = ChoiceRemote, ReasonModeAlways
 	case !d.LinkMeasured:
 		d.Choice, d.Reason = ChoiceLocal, ReasonLinkUnmeasured

@@ -1,0 +1,187 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/engine/sim"
+	"github.com/switchyard-llm/switchyard/internal/kvxfer"
+	"github.com/switchyard-llm/switchyard/internal/node"
+)
+
+func init() {
+	register(command{name: "up", summary: "run a whole local cluster: embedded NATS, frontend, simulated workers", run: runUp})
+}
+
+type upCmd struct {
+	frontend       node.FrontendConfig
+	engine         sim.Config
+	bus            busFlags
+	tls            kvxfer.TLSFiles
+	natsAddr       string
+	workers        int
+	prefillWorkers int
+	eventsOff      int
+	linkRate       string
+	logLevel       string
+}
+
+func parseUpFlags(args []string, env Env) (upCmd, int) {
+	var u upCmd
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs.StringVar(&u.frontend.HTTPAddr, "http-addr", "127.0.0.1:8000", "frontend HTTP listen address")
+	fs.IntVar(&u.workers, "workers", 2, "simulated workers (decode role when --prefill-workers > 0, else aggregated)")
+	fs.IntVar(&u.prefillWorkers, "prefill-workers", 0, "simulated prefill-role workers (disaggregated serving)")
+	fs.IntVar(&u.eventsOff, "kv-events-off", 0, "start the last N workers with KV events disabled (to see the health check)")
+	fs.StringVar(&u.linkRate, "link-rate", "", "emulate the prefill → decode link at this rate, e.g. 1gbit or 10gbit (in-process token bucket)")
+	engineFlags(fs, &u.engine)
+	frontendFlags(fs, &u.frontend)
+	u.bus.add(fs, "NATS URL (empty: embedded server on --nats-addr)")
+	fs.StringVar(&u.natsAddr, "nats-addr", "127.0.0.1:0", "embedded NATS listen address (port 0 picks a free one)")
+	tlsFlags(fs, &u.tls)
+	fs.StringVar(&u.logLevel, "log-level", "warn", "debug, info, warn or error")
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return u, code
+	}
+	bad := func(format string, a ...any) (upCmd, int) {
+		fmt.Fprintf(env.Stderr, "switchyard up: "+format+"\n", a...)
+		return u, ExitUsage
+	}
+	if u.workers < 1 {
+		return bad("--workers %d: need at least one", u.workers)
+	}
+	if u.prefillWorkers < 0 {
+		return bad("--prefill-workers %d is negative", u.prefillWorkers)
+	}
+	if u.eventsOff < 0 || u.eventsOff > u.workers+u.prefillWorkers {
+		return bad("--kv-events-off %d: want 0..%d", u.eventsOff, u.workers+u.prefillWorkers)
+	}
+	if u.linkRate != "" && u.prefillWorkers == 0 {
+		return bad("--link-rate needs --prefill-workers > 0: it emulates the prefill → decode link")
+	}
+	return u, -1
+}
+
+func runUp(ctx context.Context, args []string, env Env) int {
+	u, code := parseUpFlags(args, env)
+	if code >= 0 {
+		return code
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintf(env.Stderr, "switchyard up: %v\n", err)
+		return code
+	}
+	log, err := newLogger(env.Stderr, u.logLevel)
+	if err != nil {
+		return fail(ExitUsage, err)
+	}
+	rate, err := parseLinkRate(u.linkRate)
+	if err != nil {
+		return fail(ExitUsage, err)
+	}
+	subj, err := bus.NewSubjects(u.bus.namespace)
+	if err != nil {
+		return fail(ExitUsage, fmt.Errorf("--namespace: %w", err))
+	}
+	var wtmpl node.WorkerConfig
+	if err := applyTLS(u.tls, &wtmpl); err != nil {
+		return fail(ExitUsage, err)
+	}
+
+	nc, natsURL, closeBus, err := startBus(ctx, u.bus.nats, u.natsAddr, "switchyard-up", env)
+	if err != nil {
+		return fail(ExitFail, err)
+	}
+	defer closeBus()
+
+	fcfg := u.frontend
+	fcfg.NC, fcfg.Subjects, fcfg.RegistryTTL, fcfg.Logger = nc, subj, u.bus.registryTTL, log
+	fcfg.Model, fcfg.BlockSize = u.engine.Model, u.engine.BlockSize
+	if rate > 0 {
+		fcfg.LinkLabel = rate.String()
+	}
+	fe, err := node.StartFrontend(ctx, fcfg)
+	if err != nil {
+		return fail(ExitFail, err)
+	}
+	defer fe.Close()
+
+	role := bus.RoleAggregated
+	if u.prefillWorkers > 0 {
+		role = bus.RoleDecode
+	}
+	type spec struct{ id, role string }
+	var specs []spec
+	for i := 1; i <= u.prefillWorkers; i++ {
+		specs = append(specs, spec{fmt.Sprintf("prefill-%d", i), bus.RolePrefill})
+	}
+	for i := 1; i <= u.workers; i++ {
+		name := "worker"
+		if role == bus.RoleDecode {
+			name = "decode"
+		}
+		specs = append(specs, spec{fmt.Sprintf("%s-%d", name, i), role})
+	}
+	fmt.Fprintf(env.Stderr, "starting %d workers (%s on %s)...\n", len(specs), u.engine.Model, u.engine.GPU)
+	var workers []*node.Worker
+	defer func() {
+		for _, w := range workers {
+			_ = w.Close()
+		}
+	}()
+	for i, s := range specs {
+		wc := wtmpl
+		wc.Sim = u.engine
+		wc.Sim.ID, wc.Sim.Role = s.id, s.role
+		wc.HTTPAddr = "127.0.0.1:0"
+		wc.NC, wc.Subjects, wc.RegistryTTL, wc.Logger = nc, subj, u.bus.registryTTL, log
+		wc.KVEventsOff = i >= len(specs)-u.eventsOff
+		if s.role == bus.RolePrefill {
+			wc.LinkRate = rate
+		}
+		w, err := node.StartWorker(ctx, wc)
+		if err != nil {
+			return fail(ExitFail, err)
+		}
+		workers = append(workers, w)
+	}
+	if err := waitRoutable(ctx, fe, len(specs)); err != nil {
+		return fail(ExitFail, err)
+	}
+
+	var lines []string
+	for _, w := range workers {
+		in := w.Info()
+		note := ""
+		if !in.KVEventsEnabled {
+			note = "  [KV events OFF]"
+		}
+		if in.KVXferAddr != "" {
+			note += "  kvxfer " + in.KVXferAddr
+			if rate > 0 {
+				note += " (link " + rate.String() + ")"
+			}
+		}
+		lines = append(lines, fmt.Sprintf("  %-10s %-10s %s  %d KV blocks%s", in.ID, in.Role, in.HTTPURL, in.KVBlocks, note))
+	}
+	fmt.Fprintf(env.Stderr, "workers:\n%s\nNATS %s, router %s, disagg %s\n", strings.Join(lines, "\n"), natsURL, fcfg.Policy, fcfg.Disagg)
+	auth := ""
+	if fcfg.APIKey != "" {
+		auth = ` -H "Authorization: Bearer $SWITCHYARD_API_KEY"`
+	}
+	fmt.Fprintf(env.Stdout, "Switchyard is ready: %s\n", fe.URL())
+	fmt.Fprintf(env.Stdout, "Try:\n  curl -s %s/v1/chat/completions%s -H 'Content-Type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}'\n",
+		fe.URL(), auth, fcfg.Model)
+	fmt.Fprintln(env.Stderr, "Press Ctrl-C to stop.")
+	<-ctx.Done()
+	fmt.Fprintln(env.Stderr, "stopping...")
+	return ExitOK
+}
+
+// waitRoutable waits until the frontend sees n workers in the registry.
+func waitRoutable(ctx context.Context, fe *node.Frontend, n int) error {
+	return fe.WaitWorkers(ctx, n)
+}

@@ -1,0 +1,364 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/frontend"
+	"github.com/switchyard-llm/switchyard/internal/gate"
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/router"
+)
+
+// FrontendConfig configures a frontend node.
+type FrontendConfig struct {
+	HTTPAddr string // listen address; "127.0.0.1:0" picks a free port
+
+	NC          *nats.Conn // required
+	Subjects    bus.Subjects
+	RegistryTTL time.Duration // 0: the bus default
+
+	Model     string
+	BlockSize int
+
+	Policy string  // router policy; "" means kv
+	Alpha  float64 // kv cost weight; 0 means 1
+	Seed   uint64
+
+	Disagg     string // never, always or auto
+	Margin     float64
+	TTFTSLO    time.Duration
+	ITLSLO     time.Duration
+	ProbeBytes int64 // link probe size; 0: the gate default
+
+	APIKey, AdminKey string
+
+	SilenceAfter time.Duration // KV events; 0: the kvevents default
+
+	// LinkLabel marks every link as emulated in reports, e.g.
+	// "1 Gbit/s (emulated)"; empty for real links.
+	LinkLabel string
+
+	Registry *prometheus.Registry // nil: a new one
+	Logger   *slog.Logger
+}
+
+// Frontend is a running frontend node.
+type Frontend struct {
+	cfg      FrontendConfig
+	log      *slog.Logger
+	index    *kvindex.Index
+	router   *router.Router
+	consumer *kvevents.Consumer
+	watcher  *bus.Watcher
+	gate     *gate.Gate
+	server   *frontend.Server
+	http     *http.Server
+	url      string
+	client   *http.Client
+
+	loadMu sync.RWMutex // guards loads
+	loads  map[string]bus.LoadReport
+
+	decMu     sync.Mutex // guards decisions
+	decisions map[string]gate.Decision
+
+	changed chan struct{} // signalled (non-blocking) on every registry change
+
+	runCtx context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	subs   []*nats.Subscription
+}
+
+// StartFrontend starts a frontend node and returns once it serves HTTP and
+// has read the current worker registry.
+func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err error) {
+	if cfg.NC == nil {
+		return nil, errors.New("node: frontend needs a NATS connection")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	f = &Frontend{
+		cfg: cfg, log: cfg.Logger.With("component", "frontend"),
+		loads: map[string]bus.LoadReport{}, decisions: map[string]gate.Decision{},
+		client:  &http.Client{Timeout: 5 * time.Minute},
+		changed: make(chan struct{}, 1),
+	}
+	f.runCtx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+
+	f.index = kvindex.New(kvindex.Config{})
+	if f.router, err = router.New(router.Config{Index: f.index, Policy: cfg.Policy, Alpha: cfg.Alpha, Seed: cfg.Seed}); err != nil {
+		return nil, err
+	}
+	if err = f.router.Register(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("node: router metrics: %w", err)
+	}
+	mode := gate.Mode(cfg.Disagg)
+	if mode == "" {
+		mode = gate.ModeAuto
+	}
+	if f.gate, err = gate.New(gate.Config{Mode: mode, Margin: cfg.Margin, TTFTSLO: cfg.TTFTSLO, ITLSLO: cfg.ITLSLO, ProbeBytes: cfg.ProbeBytes, Registerer: cfg.Registry}); err != nil {
+		return nil, err
+	}
+	if f.consumer, err = kvevents.NewConsumer(kvevents.ConsumerConfig{NC: cfg.NC, Subjects: cfg.Subjects, Index: f.index, SilenceAfter: cfg.SilenceAfter, Logger: f.log}); err != nil {
+		return nil, err
+	}
+	if err = f.consumer.Register(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("node: event metrics: %w", err)
+	}
+	f.goRun("kv events", func() error { return f.consumer.Run(f.runCtx) })
+
+	sub, err := bus.SubscribeLoad(cfg.NC, cfg.Subjects, f.observeLoad)
+	if err != nil {
+		return nil, err
+	}
+	f.subs = append(f.subs, sub)
+	sub, err = cfg.NC.Subscribe(cfg.Subjects.Transfers(), f.observeTransfer)
+	if err != nil {
+		return nil, fmt.Errorf("node: subscribe to transfers: %w", err)
+	}
+	f.subs = append(f.subs, sub)
+
+	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: f.log})
+	if err != nil {
+		return nil, err
+	}
+	if f.watcher, err = reg.WatchWorkers(f.runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log}); err != nil {
+		return nil, err
+	}
+	if err = f.watcher.Register(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("node: registry metrics: %w", err)
+	}
+	for _, w := range f.watcher.Workers() {
+		f.onChange(bus.Change{Kind: bus.WorkerAdded, Worker: w})
+	}
+
+	a := adapters{f}
+	f.server, err = frontend.New(frontend.Config{
+		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey,
+		DisaggMode: string(mode), Registry: cfg.Registry, Logger: f.log,
+	}, frontend.Deps{
+		Workers: a, Router: a, InFlight: f.router, Events: a, Gate: a, Index: a,
+		Links: a, Prober: a, GateInfo: a, Predictor: a,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("node: frontend: listen on %s: %w (pick another --http-addr)", cfg.HTTPAddr, err)
+	}
+	f.url = "http://" + ln.Addr().String()
+	f.http = &http.Server{Handler: f.server.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	f.goRun("http", func() error {
+		if err := f.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	return f, nil
+}
+
+func (f *Frontend) goRun(what string, fn func() error) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		if err := fn(); err != nil && f.runCtx.Err() == nil {
+			f.log.Error("frontend component stopped", "component", what, "err", err)
+		}
+	}()
+}
+
+// WaitWorkers waits until at least n workers are routable and their KV
+// events (where enabled) are healthy, or ctx ends, or 60 s pass.
+func (f *Frontend) WaitWorkers(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond) // event health changes without a registry change
+	defer tick.Stop()
+	for {
+		ws := f.watcher.Workers()
+		ready := 0
+		for _, w := range ws {
+			if !w.KVEventsEnabled || f.consumer.Health(w.ID) == kvevents.StateHealthy {
+				ready++
+			}
+		}
+		if ready >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: %d of %d workers ready after waiting: %w (see the log above for why)", ready, n, ctx.Err())
+		case <-f.changed:
+		case <-tick.C:
+		}
+	}
+}
+
+// URL is the frontend's HTTP base URL.
+func (f *Frontend) URL() string { return f.url }
+
+// Server is the HTTP server, for tests.
+func (f *Frontend) Server() *frontend.Server { return f.server }
+
+// Close stops the frontend and waits for it.
+func (f *Frontend) Close() error {
+	for _, s := range f.subs {
+		_ = s.Unsubscribe()
+	}
+	if f.http != nil {
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = f.http.Shutdown(shut)
+		cancel()
+	}
+	f.cancel()
+	if f.watcher != nil {
+		_ = f.watcher.Close()
+	}
+	if f.server != nil {
+		f.server.Close()
+	}
+	f.wg.Wait()
+	return nil
+}
+
+// onChange keeps the consumer, index, router and link probes in step with
+// the registry.
+func (f *Frontend) onChange(c bus.Change) {
+	defer func() {
+		select {
+		case f.changed <- struct{}{}:
+		default:
+		}
+	}()
+	id := c.Worker.ID
+	switch c.Kind {
+	case bus.WorkerAdded, bus.WorkerUpdated:
+		f.consumer.SetExpected(id, c.Worker.KVEventsEnabled)
+		f.probeNewLinks()
+	case bus.WorkerRemoved, bus.WorkerRefused:
+		f.consumer.Forget(id)
+		f.router.Forget(id)
+		f.loadMu.Lock()
+		delete(f.loads, id)
+		f.loadMu.Unlock()
+	}
+}
+
+func (f *Frontend) observeLoad(r bus.LoadReport) {
+	f.loadMu.Lock()
+	f.loads[r.WorkerID] = r
+	f.loadMu.Unlock()
+	bs := f.cfg.BlockSize
+	f.router.ObserveLoad(r.WorkerID, router.LoadReport{
+		QueuedPrefillBlocks: (r.QueuedPrefillTokens + bs - 1) / bs,
+		ActiveDecodeBlocks:  r.ActiveDecodeBlocks,
+		Running:             r.Running, Waiting: r.Waiting,
+	})
+}
+
+func (f *Frontend) load(id string) (bus.LoadReport, bool) {
+	f.loadMu.RLock()
+	defer f.loadMu.RUnlock()
+	r, ok := f.loads[id]
+	return r, ok && time.Since(time.Unix(0, r.UnixNano)) < 2*time.Second
+}
+
+func (f *Frontend) observeTransfer(m *nats.Msg) {
+	var t TransferReport
+	if err := json.Unmarshal(m.Data, &t); err != nil || t.From == "" || t.To == "" || t.Seconds <= 0 || t.Bytes <= 0 {
+		return
+	}
+	f.gate.Links().Observe(t.From, t.To, t.Bytes, time.Duration(t.Seconds*float64(time.Second)))
+}
+
+// probeNewLinks measures every prefill → decode pair the gate has not seen,
+// in the background: an unmeasured link counts as too slow until then.
+func (f *Frontend) probeNewLinks() {
+	var prefill, decode []bus.WorkerInfo
+	for _, w := range f.watcher.Workers() {
+		switch w.Role {
+		case bus.RolePrefill:
+			prefill = append(prefill, w)
+		case bus.RoleDecode:
+			decode = append(decode, w)
+		}
+	}
+	links := f.gate.Links()
+	for _, p := range prefill {
+		for _, d := range decode {
+			if !links.NeedsProbe(p.ID, d.ID) || !links.MarkProbing(p.ID, d.ID) {
+				continue
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				ctx, cancel := context.WithTimeout(f.runCtx, 60*time.Second)
+				defer cancel()
+				if _, err := f.probe(ctx, p, d, f.gate.Config().ProbeBytes); err != nil {
+					links.ProbeFailed(p.ID, d.ID)
+					f.log.Warn("link probe failed; remote prefill stays off for this pair until a probe succeeds",
+						"from", p.ID, "to", d.ID, "err", err)
+				}
+			}()
+		}
+	}
+}
+
+// probe asks decode worker d to pull probe bytes from prefill worker p's
+// KV transfer server, and feeds the result to the link estimator.
+func (f *Frontend) probe(ctx context.Context, p, d bus.WorkerInfo, nbytes int64) (ProbeResponse, error) {
+	var out ProbeResponse
+	if p.KVXferAddr == "" {
+		return out, fmt.Errorf("node: prefill worker %s has no KV transfer address", p.ID)
+	}
+	body, _ := json.Marshal(ProbeRequest{Addr: p.KVXferAddr, Bytes: nbytes})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.HTTPURL+"/kvxfer/probe", bytesReader(body))
+	if err != nil {
+		return out, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return out, fmt.Errorf("node: probe %s → %s: %w", p.ID, d.ID, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return out, fmt.Errorf("node: probe %s → %s: worker %s answered %d: %s", p.ID, d.ID, d.ID, resp.StatusCode, e.Error.Message)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return out, fmt.Errorf("node: probe %s → %s: %w", p.ID, d.ID, err)
+	}
+	f.gate.Links().ObserveProbe(p.ID, d.ID, out.BytesPerSec, time.Duration(out.RTTMillis*float64(time.Millisecond)))
+	return out, nil
+}

@@ -1,0 +1,318 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/engine/sim"
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
+	"github.com/switchyard-llm/switchyard/internal/kvxfer"
+	"github.com/switchyard-llm/switchyard/internal/linkemu"
+	"github.com/switchyard-llm/switchyard/internal/perfmodel"
+)
+
+// WorkerConfig configures a worker node.
+type WorkerConfig struct {
+	Sim      sim.Config
+	HTTPAddr string // listen address; "127.0.0.1:0" picks a free port
+
+	// NC is the bus connection; nil runs the worker standalone (no
+	// registration, events, or load reports).
+	NC          *nats.Conn
+	Subjects    bus.Subjects
+	RegistryTTL time.Duration // 0: the bus default
+	KVEventsOff bool          // register with KV events disabled and publish none
+
+	// KVXferAddr is where a prefill worker serves KV transfers; "" means the
+	// HTTP listener's host on a free port.
+	KVXferAddr      string
+	KVXferServerTLS *tls.Config // nil: plain TCP
+	KVXferClientTLS *tls.Config // used by a decode worker to pull and probe
+	// LinkRate, if set, shapes what this worker's KV transfer server sends:
+	// an in-process emulation of the prefill → decode link.
+	LinkRate linkemu.Rate
+
+	Logger *slog.Logger
+}
+
+// Worker is a running worker node.
+type Worker struct {
+	cfg    WorkerConfig
+	sim    *sim.Worker
+	srv    *http.Server
+	xfer   *kvxfer.Server
+	pub    *kvevents.Publisher
+	reg    *bus.Registration
+	url    string
+	info   bus.WorkerInfo
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   chan struct{}
+	once   sync.Once
+	errMu  sync.Mutex
+	err    error
+}
+
+// TransferReport is what a decode worker publishes after each KV pull, so
+// frontends can keep their link estimates current.
+type TransferReport struct {
+	From     string  `json:"from"` // prefill worker (engine) id
+	To       string  `json:"to"`   // decode worker id
+	Bytes    int64   `json:"bytes"`
+	Seconds  float64 `json:"seconds"`
+	UnixNano int64   `json:"unix_nano"`
+}
+
+// StartWorker starts a worker node and returns once it serves HTTP and, if
+// connected to the bus, is registered.
+func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("worker", cfg.Sim.ID)
+	cfg.Sim.Logger = log
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("node: worker %s: listen on %s: %w (pick another --http-addr)", cfg.Sim.ID, cfg.HTTPAddr, err)
+	}
+	w := &Worker{cfg: cfg, done: make(chan struct{})}
+	w.url = "http://" + ln.Addr().String()
+	fail := func(err error) (*Worker, error) {
+		ln.Close()
+		if w.xfer != nil {
+			w.xfer.Close()
+		}
+		return nil, err
+	}
+
+	simCfg := cfg.Sim
+	bb, err := blockBytes(simCfg)
+	if err != nil {
+		return fail(err)
+	}
+	if simCfg.Role == bus.RolePrefill {
+		addr := cfg.KVXferAddr
+		if addr == "" {
+			host, _, _ := net.SplitHostPort(ln.Addr().String())
+			addr = net.JoinHostPort(host, "0")
+		}
+		xcfg := kvxfer.ServerConfig{Addr: addr, TLS: cfg.KVXferServerTLS, BlockBytes: bb, Logger: log}
+		if cfg.LinkRate > 0 {
+			xcfg.Shaper = linkemu.NewShaper(cfg.LinkRate, 0)
+		}
+		if w.xfer, err = kvxfer.NewServer(xcfg); err != nil {
+			return fail(err)
+		}
+		if err := w.xfer.Start(); err != nil {
+			return fail(err)
+		}
+		simCfg.Leaser = w.xfer
+		simCfg.KVXferAddr = w.xfer.Addr()
+	}
+	if cfg.NC != nil && !cfg.KVEventsOff {
+		w.pub, err = kvevents.NewPublisher(kvevents.PublisherConfig{NC: cfg.NC, Subjects: cfg.Subjects, WorkerID: simCfg.ID, Logger: log})
+		if err != nil {
+			return fail(err)
+		}
+		simCfg.Publisher = w.pub
+	}
+	if simCfg.Role == bus.RoleDecode {
+		puller, err := kvxfer.NewPuller(kvxfer.PullerConfig{
+			TLS: cfg.KVXferClientTLS, BlockBytes: bb,
+			OnTransfer: func(t kvxfer.Transfer) { w.reportTransfer(t) },
+		})
+		if err != nil {
+			return fail(err)
+		}
+		simCfg.Puller = puller
+	}
+	if w.sim, err = sim.NewWorker(simCfg); err != nil {
+		return fail(err)
+	}
+	w.info = w.sim.Info()
+	w.info.HTTPURL = w.url
+	w.info.KVEventsEnabled = w.pub != nil
+	w.info.StartedUnixMilli = time.Now().UnixMilli()
+	if w.pub != nil {
+		w.info.Epoch = w.pub.Epoch()
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /kvxfer/probe", w.serveProbe)
+	mux.Handle("/", w.sim.Handler())
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
+	w.goRun("engine", func() error { return w.sim.Run(runCtx) })
+	w.goRun("http", func() error {
+		if err := w.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	if cfg.NC != nil {
+		if w.pub != nil {
+			w.goRun("kv events", func() error { return w.pub.Run(runCtx) })
+			w.goRun("snapshots", func() error { return w.pub.ServeSnapshots(runCtx, w.sim.SnapshotBlocks) })
+		}
+		w.goRun("load reports", func() error {
+			return bus.RunLoadReporter(runCtx, cfg.NC, cfg.Subjects, 250*time.Millisecond, w.loadReport, log)
+		})
+		reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log})
+		if err == nil {
+			w.reg, err = reg.Register(runCtx, w.info)
+		}
+		if err != nil {
+			w.Close()
+			return nil, fmt.Errorf("node: worker %s: register: %w", simCfg.ID, err)
+		}
+	}
+	return w, nil
+}
+
+// blockBytes is the payload size of one KV block of the configured model.
+func blockBytes(c sim.Config) (int, error) {
+	name, bs := c.Model, c.BlockSize
+	if name == "" {
+		name = "qwen3-0.6b"
+	}
+	if bs == 0 {
+		bs = 16
+	}
+	m, err := perfmodel.LookupModel(name)
+	if err != nil {
+		return 0, fmt.Errorf("node: %w", err)
+	}
+	return bs * m.KVBytesPerToken(), nil
+}
+
+func (w *Worker) goRun(what string, f func() error) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		if err := f(); err != nil {
+			w.errMu.Lock()
+			if w.err == nil {
+				w.err = fmt.Errorf("node: worker %s: %s: %w", w.cfg.Sim.ID, what, err)
+			}
+			w.errMu.Unlock()
+			w.stop()
+		}
+	}()
+}
+
+func (w *Worker) loadReport() bus.LoadReport {
+	l := w.sim.Load()
+	return bus.LoadReport{
+		WorkerID: w.cfg.Sim.ID, Running: l.Running, Waiting: l.Waiting,
+		QueuedPrefillTokens: l.QueuedPrefillTokens, ActiveDecodeBlocks: l.ActiveDecodeBlocks,
+		KVUsage: l.KVUsage, UsedBlocks: l.UsedBlocks, TotalBlocks: l.TotalBlocks, UnixNano: time.Now().UnixNano(),
+	}
+}
+
+func (w *Worker) reportTransfer(t kvxfer.Transfer) {
+	if w.cfg.NC == nil {
+		return
+	}
+	b, _ := json.Marshal(TransferReport{From: t.FromEngine, To: w.cfg.Sim.ID, Bytes: t.Bytes, Seconds: t.Duration.Seconds(), UnixNano: time.Now().UnixNano()})
+	_ = w.cfg.NC.Publish(w.cfg.Subjects.Transfers(), b)
+}
+
+// ProbeRequest asks a worker to measure the link from a KV transfer server
+// to itself.
+type ProbeRequest struct {
+	Addr  string `json:"addr"`
+	Bytes int64  `json:"bytes"`
+}
+
+// ProbeResponse is the measured link.
+type ProbeResponse struct {
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+	RTTMillis   float64 `json:"rtt_ms"`
+}
+
+// serveProbe runs a kvxfer probe against another worker's transfer server:
+// the bytes travel the real path a KV pull to this worker would take.
+func (w *Worker) serveProbe(rw http.ResponseWriter, r *http.Request) {
+	var req ProbeRequest
+	if err := json.NewDecoder(http.MaxBytesReader(rw, r.Body, 4096)).Decode(&req); err != nil || req.Addr == "" || req.Bytes <= 0 {
+		http.Error(rw, `{"error":{"message":"want {\"addr\": host:port, \"bytes\": n > 0}","type":"invalid_request_error","code":400}}`, http.StatusBadRequest)
+		return
+	}
+	c, err := kvxfer.Dial(r.Context(), req.Addr, kvxfer.ClientConfig{TLS: w.cfg.KVXferClientTLS, BlockBytes: w.sim.BlockBytes()})
+	if err == nil {
+		defer c.Close()
+		start := time.Now()
+		var bps float64
+		var rtt time.Duration
+		bps, rtt, err = c.Probe(r.Context(), req.Bytes)
+		if err == nil {
+			rw.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(rw).Encode(ProbeResponse{Bytes: req.Bytes, Seconds: time.Since(start).Seconds(), BytesPerSec: bps, RTTMillis: float64(rtt) / 1e6})
+			return
+		}
+	}
+	msg, _ := json.Marshal(err.Error())
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(http.StatusBadGateway)
+	fmt.Fprintf(rw, `{"error":{"message":%s,"type":"server_error","code":502}}`, msg)
+}
+
+// URL is the worker's HTTP base URL.
+func (w *Worker) URL() string { return w.url }
+
+// ID is the worker id.
+func (w *Worker) ID() string { return w.cfg.Sim.ID }
+
+// Info is the worker's registry entry.
+func (w *Worker) Info() bus.WorkerInfo { return w.info }
+
+// Sim is the simulated engine.
+func (w *Worker) Sim() *sim.Worker { return w.sim }
+
+// Done is closed when the worker stops, by Close or by a failure.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Err is the failure that stopped the worker, if any.
+func (w *Worker) Err() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.err
+}
+
+func (w *Worker) stop() {
+	w.once.Do(func() {
+		if w.reg != nil {
+			_ = w.reg.Close() // deregister first, so no new requests arrive
+		}
+		w.cancel() // the engine stops, ending streaming handlers
+		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = w.srv.Shutdown(shut)
+		cancel()
+		if w.xfer != nil {
+			_ = w.xfer.Close()
+		}
+		go func() { w.wg.Wait(); close(w.done) }()
+	})
+}
+
+// Close stops the worker and waits for it.
+func (w *Worker) Close() error {
+	w.stop()
+	<-w.done
+	return w.Err()
+}
