@@ -262,6 +262,14 @@ func (e *Engine) ResetPrefixCache() int {
 	return n
 }
 
+// CachedPrefix returns how many leading blocks of the chain hashes are in
+// the cache now.
+func (e *Engine) CachedPrefix(hashes []uint64) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.bm.prefixLen(hashes)
+}
+
 // InsertBlocks stores blocks received from another worker as computed,
 // unreferenced cache entries: hashes is a chain continuing from parent. It
 // publishes their Stored events. Blocks already cached are kept. It fails

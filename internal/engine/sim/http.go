@@ -287,7 +287,19 @@ func (w *Worker) lease(reqID string, p *PinnedSet) (map[string]any, *apiError) {
 // request is scheduled. Blocks must arrive in this prompt's own chain
 // order; a failure leaves what arrived and the rest is recomputed.
 func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) {
-	want := kvindex.HashChain(nil, g.req.CacheSalt, g.tokens, w.bs)
+	chain := kvindex.HashChain(nil, g.req.CacheSalt, g.tokens, w.bs)
+	// Pull only what is not cached here already: the gate predicted the
+	// transfer of the uncached tokens, and moving the rest would waste the
+	// link. A block evicted before scheduling is simply recomputed.
+	have := w.CachedPrefix(chain)
+	want := chain[have:]
+	parent := kvindex.Root(g.req.CacheSalt)
+	if have > 0 {
+		parent = chain[have-1]
+	}
+	if len(want) == 0 {
+		return
+	}
 	var got []uint64
 	insert := func(h uint64) error {
 		if len(got) >= len(want) || want[len(got)] != h {
@@ -298,7 +310,7 @@ func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) {
 	}
 	err := w.cfg.Puller.Pull(ctx, g.req.KVTransferParams, want, insert)
 	if len(got) > 0 {
-		if ierr := w.InsertBlocks(kvindex.Root(g.req.CacheSalt), got); ierr != nil {
+		if ierr := w.InsertBlocks(parent, got); ierr != nil {
 			err = errors.Join(err, ierr)
 		}
 		w.metrics.pulledBlocks.Add(float64(len(got)))
