@@ -4,7 +4,7 @@
 import OpenAI from "openai";
 
 const [scenario, baseURL, rawOpts] = process.argv.slice(2);
-const opts = rawOpts ? JSON.parse(rawOpts) : {};
+const opts = (rawOpts && JSON.parse(rawOpts)) || {};
 const client = new OpenAI({
   baseURL: baseURL + "/v1",
   apiKey: opts.apiKey ?? "unused",
@@ -87,6 +87,7 @@ async function load() {
       const r = await chatStream([{ role: "user", content: words(200, 1000 + i) }], { max_tokens: opts.maxTokens ?? 64 });
       results[i] = { ok: true, tokens: r.usage?.completion_tokens ?? 0 };
     } catch (e) { results[i] = { ok: false, ...errInfo(e) }; }
+    console.error(`done ${i} ${results[i].ok ? "ok" : "error"}`); // progress, for the test driving us
   }
   await Promise.all(Array.from({ length: conc }, async () => {
     while (next < n) { const i = next++; await one(i); }
