@@ -26,6 +26,7 @@ type LoadReport struct {
 // alone.
 type tracker struct {
 	reportTTL time.Duration
+	now       func() time.Time
 
 	mu      sync.Mutex // guards workers and reqs
 	workers map[string]*workerLoad
@@ -36,7 +37,19 @@ type workerLoad struct {
 	tracked  Load
 	reported Load
 	at       time.Time // when the report arrived; zero: none
+	// finishedAt is when a request tracked here last finished. A report
+	// that arrived before it (plus reportGrace for the report's transit)
+	// still counts that request, so it is ignored until the next one:
+	// otherwise a worker that just finished a long prompt looks busy for a
+	// whole report TTL, and sequential repeated-prefix traffic is sent
+	// away from the cache that holds it (seen in the e2e routing table: 59
+	// of 60 hits instead of 60).
+	finishedAt time.Time
 }
+
+// reportGrace bounds how long a load report takes from the worker to the
+// frontend; reports arriving within it after a finish may predate it.
+const reportGrace = 25 * time.Millisecond
 
 type inflightReq struct {
 	worker   string
@@ -44,8 +57,8 @@ type inflightReq struct {
 	decoding bool
 }
 
-func newTracker(reportTTL time.Duration) *tracker {
-	return &tracker{reportTTL: reportTTL, workers: map[string]*workerLoad{}, reqs: map[string]inflightReq{}}
+func newTracker(reportTTL time.Duration, now func() time.Time) *tracker {
+	return &tracker{reportTTL: reportTTL, now: now, workers: map[string]*workerLoad{}, reqs: map[string]inflightReq{}}
 }
 
 func (t *tracker) worker(id string) *workerLoad {
@@ -98,6 +111,7 @@ func (t *tracker) finished(worker, requestID string) {
 		w.tracked.QueuedPrefillBlocks -= r.blocks
 	}
 	w.tracked.InFlight--
+	w.finishedAt = t.now()
 }
 
 func (t *tracker) observe(worker string, r LoadReport, now time.Time) {
@@ -123,7 +137,7 @@ func (t *tracker) fill(ws []Worker, now time.Time) {
 			continue
 		}
 		l := w.tracked
-		if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
+		if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL && w.at.After(w.finishedAt.Add(reportGrace)) {
 			l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, w.reported.QueuedPrefillBlocks)
 			l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, w.reported.ActiveDecodeBlocks)
 			l.InFlight = max(l.InFlight, w.reported.InFlight)

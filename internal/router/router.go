@@ -74,7 +74,7 @@ func New(cfg Config) (*Router, error) {
 		index:  cfg.Index,
 		now:    cfg.Now,
 		approx: newApprox(cfg.ApproxTTL, cfg.ApproxCapacity),
-		load:   newTracker(cfg.LoadReportTTL),
+		load:   newTracker(cfg.LoadReportTTL, cfg.Now),
 		m:      newMetrics(),
 	}
 	r.pool.New = func() any { return new(scratch) }
