@@ -116,13 +116,15 @@ func TestDisaggLocal(t *testing.T) {
 	}
 }
 
-func TestDisaggNeverSkipsGate(t *testing.T) {
+// TestDisaggNeverOverrulesGate: in mode never the gate is asked only for
+// its explanation; even a gate that says remote cannot disaggregate.
+func TestDisaggNeverOverrulesGate(t *testing.T) {
 	p, d := newFakeWorker(t, "w-p"), newFakeWorker(t, "w-d")
 	g := &fakeGate{decision: GateDecision{Remote: true}}
 	h := newHarness(t, Config{DisaggMode: DisaggNever}, Deps{Gate: g}, p.worker(RolePrefill), d.worker(RoleDecode))
 	resp, _ := h.do(t, "POST", "/v1/completions", disaggBody)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderPrefill) != "" || len(p.received()) != 0 {
-		t.Errorf("mode never still disaggregated: %d %v", resp.StatusCode, resp.Header)
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderPrefill) != "local" || resp.Header.Get(HeaderDisaggReason) != "mode_never" || len(p.received()) != 0 {
+		t.Errorf("mode never: %d %v, prefill worker got %d requests", resp.StatusCode, resp.Header, len(p.received()))
 	}
 }
 

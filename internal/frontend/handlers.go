@@ -237,7 +237,9 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	i := slices.IndexFunc(serving, func(wk Worker) bool { return wk.ID == dec.WorkerID })
 	rt := route{target: serving[i], overlap: dec.OverlapBlocks, policy: dec.Policy}
 	mode := s.DisaggMode()
-	if rt.target.Role != RoleDecode || s.deps.Gate == nil || mode == DisaggNever {
+	// In mode never the gate is still asked: it answers local (mode_never)
+	// with its predictions, so every decode response explains itself.
+	if rt.target.Role != RoleDecode || s.deps.Gate == nil {
 		return rt, nil
 	}
 	var prefills []Worker
@@ -261,6 +263,10 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		Decode: rt.target.ID, DecodeOverlapBlocks: rt.overlap,
 		Prefill: pdec.WorkerID, PrefillOverlapBlocks: pdec.OverlapBlocks,
 	})
+	if mode == DisaggNever && gd.Remote {
+		// The mode is the operator's word; a gate cannot overrule it.
+		gd.Remote, gd.Reason = false, "mode_never"
+	}
 	rt.gated, rt.mode, rt.gate = true, mode, gd
 	if gd.Remote {
 		pid := pdec.WorkerID

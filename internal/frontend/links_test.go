@@ -256,8 +256,8 @@ func TestAdminDisaggModeSwitch(t *testing.T) {
 		t.Errorf("PUT never = %d %s", resp.StatusCode, body)
 	}
 	resp, _ = h.do(t, "POST", "/v1/completions", disaggBody)
-	if resp.StatusCode != 200 || resp.Header.Get(HeaderPrefill) != "" || resp.Header.Get(HeaderDisaggMode) != "" {
-		t.Errorf("never: the gate was consulted: %v", resp.Header)
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderPrefill) != "local" || resp.Header.Get(HeaderDisaggMode) != DisaggNever {
+		t.Errorf("never: want local prefill under mode never: %v", resp.Header)
 	}
 	var hl Health
 	if _, body = h.do(t, "GET", "/health", ""); json.Unmarshal(body, &hl) != nil || hl.Disagg != DisaggNever {
@@ -275,8 +275,8 @@ func TestAdminDisaggModeSwitch(t *testing.T) {
 		modes = append(modes, in.Mode)
 	}
 	g.fakeGate.mu.Unlock()
-	if !reflect.DeepEqual(modes, []string{DisaggAuto, DisaggAlways}) {
-		t.Errorf("gate saw modes %q, want [auto always] (never must skip it)", modes)
+	if !reflect.DeepEqual(modes, []string{DisaggAuto, DisaggNever, DisaggAlways}) {
+		t.Errorf("gate saw modes %q, want [auto never always]: each switch reaches the next request", modes)
 	}
 
 	for _, bad := range []string{`{"mode":"sometimes"}`, `{"mode":""}`, `{}`, `{"mode":"auto","margin":0.5}`, `auto`} {
