@@ -1,0 +1,388 @@
+package preflight
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+)
+
+// Headers of the frontend's debug and explanation contract.
+const (
+	headerPin     = "x-switchyard-pin-worker"
+	headerWorker  = "x-switchyard-worker"
+	headerPolicy  = "x-switchyard-policy"
+	headerOverlap = "x-switchyard-overlap-tokens"
+)
+
+// client speaks to one frontend. It is used by one goroutine at a time.
+type client struct {
+	base     string
+	apiKey   string
+	adminKey string
+	timeout  time.Duration
+	model    string
+	hc       *http.Client
+}
+
+func newClient(cfg *Config) *client {
+	tr := &http.Transport{
+		Proxy:              nil, // measure the deployment, not a proxy
+		DialContext:        (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		DisableCompression: true,
+		MaxIdleConns:       4,
+		IdleConnTimeout:    30 * time.Second,
+	}
+	return &client{base: strings.TrimRight(cfg.URL, "/"), apiKey: cfg.APIKey, adminKey: cfg.adminKey(),
+		timeout: cfg.Timeout, hc: &http.Client{Transport: tr}}
+}
+
+func (c *client) close() { c.hc.CloseIdleConnections() }
+
+// healthWire is GET /health.
+type healthWire struct {
+	Status    string    `json:"status"`
+	Reason    string    `json:"reason"`
+	Model     string    `json:"model"`
+	BlockSize int       `json:"block_size"`
+	Policy    string    `json:"policy"`
+	Disagg    string    `json:"disagg"`
+	Workers   []Worker  `json:"workers"`
+	Refused   []Refusal `json:"refused"`
+}
+
+// eventStatus is one worker of GET /admin/events.
+type eventStatus struct {
+	State          string   `json:"state"`
+	Cause          string   `json:"cause"`
+	Epoch          uint64   `json:"epoch"`
+	LastSeq        uint64   `json:"last_seq"`
+	LastEventAgeMs *float64 `json:"last_event_age_ms"`
+	LastEventAgeS  *float64 `json:"last_event_age_s"`
+	Batches        uint64   `json:"batches"`
+	Blocks         uint64   `json:"blocks"`
+	Gaps           uint64   `json:"gaps"`
+	Resyncs        uint64   `json:"resyncs"`
+	Malformed      uint64   `json:"malformed"`
+}
+
+// ageS is the last event's age in seconds, from whichever unit the frontend
+// sent; -1 if it sent neither.
+func (e eventStatus) ageS() float64 {
+	switch {
+	case e.LastEventAgeMs != nil:
+		return *e.LastEventAgeMs / 1000
+	case e.LastEventAgeS != nil:
+		return *e.LastEventAgeS
+	}
+	return -1
+}
+
+// eventsWire decodes GET /admin/events: {"workers": {id: status}}. It also
+// accepts a list of {"id", "events": status}, the shape of earlier frontends.
+type eventsWire map[string]eventStatus
+
+func (e *eventsWire) UnmarshalJSON(b []byte) error {
+	var obj struct {
+		Workers json.RawMessage `json:"workers"`
+	}
+	if err := json.Unmarshal(b, &obj); err != nil {
+		return err
+	}
+	m := map[string]eventStatus{}
+	if err := json.Unmarshal(obj.Workers, &m); err == nil {
+		*e = m
+		return nil
+	}
+	var list []struct {
+		ID     string       `json:"id"`
+		Events *eventStatus `json:"events"`
+	}
+	if err := json.Unmarshal(obj.Workers, &list); err != nil {
+		return fmt.Errorf("workers is neither an object nor a list: %w", err)
+	}
+	for _, w := range list {
+		if w.Events != nil {
+			m[w.ID] = *w.Events
+		}
+	}
+	*e = m
+	return nil
+}
+
+type lookupWire struct {
+	Blocks    int            `json:"blocks"`
+	BlockSize int            `json:"block_size"`
+	Overlaps  map[string]int `json:"overlaps"`
+}
+
+type linkWire struct {
+	From        string  `json:"from"`
+	To          string  `json:"to"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+	RTTMs       float64 `json:"rtt_ms"`
+	Measured    bool    `json:"measured"`
+	Samples     int     `json:"samples"`
+	Emulated    string  `json:"emulated"`
+}
+
+type disaggWire struct {
+	Mode      string  `json:"mode"`
+	Margin    float64 `json:"margin"`
+	TTFTSLOMs float64 `json:"ttft_slo_ms"`
+	ITLSLOMs  float64 `json:"itl_slo_ms"`
+}
+
+type predictWire struct {
+	Predictions []struct {
+		PromptTokens int     `json:"prompt_tokens"`
+		KVBytes      int64   `json:"kv_bytes"`
+		TransferS    float64 `json:"transfer_s"`
+		LocalTTFTS   float64 `json:"local_ttft_s"`
+		RemoteTTFTS  float64 `json:"remote_ttft_s"`
+		Choice       string  `json:"choice"`
+		Reason       string  `json:"reason"`
+	} `json:"predictions"`
+	Link struct {
+		BytesPerSec float64 `json:"bytes_per_sec"`
+		RTTMs       float64 `json:"rtt_ms"`
+	} `json:"link"`
+}
+
+// call does one JSON request and decodes a 2xx answer (or, with okStatus, that
+// status too) into out.
+func (c *client) call(ctx context.Context, method, path string, admin bool, body, out any, okStatus int) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("preflight: encode %s body: %w", path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("preflight: %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c.auth(req, admin)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return c.transportError(method+" "+path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return fmt.Errorf("preflight: %s %s: read body: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 && resp.StatusCode != okStatus {
+		return httpError(method+" "+path, resp.StatusCode, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("preflight: %s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+func (c *client) auth(req *http.Request, admin bool) {
+	key := c.apiKey
+	if admin {
+		key = c.adminKey
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+}
+
+func (c *client) transportError(what string, err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("preflight: %s: timed out after %v (raise --timeout?): %w", what, c.timeout, err)
+	}
+	return fmt.Errorf("preflight: cannot reach %s: is `switchyard up` running? (%s: %w)", c.base, what, err)
+}
+
+// httpError turns a non-2xx answer into an error that says what to do.
+func httpError(what string, status int, body []byte) error {
+	msg := strings.TrimSpace(string(body))
+	var e openai.ErrorResponse
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		msg = e.Error.Message
+	}
+	if len(msg) > 300 {
+		msg = msg[:300]
+	}
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return fmt.Errorf("preflight: %s: HTTP %d (%s): the frontend refused admin access; pass --admin-key with the frontend's admin key", what, status, msg)
+	case http.StatusNotFound:
+		return fmt.Errorf("preflight: %s: HTTP 404: this frontend lacks the endpoint; is --url a Switchyard frontend of this version?", what)
+	}
+	return fmt.Errorf("preflight: %s: HTTP %d: %s", what, status, msg)
+}
+
+func (c *client) health(ctx context.Context) (healthWire, error) {
+	var h healthWire
+	// 503 means "unavailable" and still carries the body that says why.
+	err := c.call(ctx, http.MethodGet, "/health", false, nil, &h, http.StatusServiceUnavailable)
+	return h, err
+}
+
+func (c *client) events(ctx context.Context) (eventsWire, error) {
+	var e eventsWire
+	err := c.call(ctx, http.MethodGet, "/admin/events", true, nil, &e, 0)
+	return e, err
+}
+
+func (c *client) lookup(ctx context.Context, prompt []uint32) (lookupWire, error) {
+	var l lookupWire
+	err := c.call(ctx, http.MethodPost, "/admin/lookup", true, map[string]any{"prompt": prompt}, &l, 0)
+	return l, err
+}
+
+func (c *client) links(ctx context.Context) ([]linkWire, error) {
+	var l struct {
+		Links []linkWire `json:"links"`
+	}
+	err := c.call(ctx, http.MethodGet, "/admin/links", true, nil, &l, 0)
+	return l.Links, err
+}
+
+func (c *client) probeLink(ctx context.Context, from, to string, n int64) (linkWire, error) {
+	var l linkWire
+	err := c.call(ctx, http.MethodPost, "/admin/links/probe", true, map[string]any{"from": from, "to": to, "bytes": n}, &l, 0)
+	return l, err
+}
+
+func (c *client) disagg(ctx context.Context) (disaggWire, error) {
+	var d disaggWire
+	err := c.call(ctx, http.MethodGet, "/admin/disagg", true, nil, &d, 0)
+	return d, err
+}
+
+func (c *client) predict(ctx context.Context, prefill, decode string, lengths []int) (predictWire, error) {
+	var p predictWire
+	err := c.call(ctx, http.MethodPost, "/admin/disagg/predict", true,
+		map[string]any{"prompt_tokens": lengths, "prefill": prefill, "decode": decode}, &p, 0)
+	if err == nil && len(p.Predictions) != len(lengths) {
+		err = fmt.Errorf("preflight: POST /admin/disagg/predict: asked for %d lengths, got %d predictions", len(lengths), len(p.Predictions))
+	}
+	return p, err
+}
+
+// probe is what one streamed completion measured.
+type probe struct {
+	TTFTS        float64 // send to first non-empty text chunk, client-side
+	PromptTokens int
+	CachedTokens int
+	Worker       string // x-switchyard-worker
+	Policy       string // x-switchyard-policy
+	Overlap      int    // x-switchyard-overlap-tokens, -1 if absent
+	HasUsage     bool
+}
+
+// complete sends prompt as a streamed completion, pinned to worker when pin
+// is non-empty, and measures TTFT and the usage's cached tokens.
+func (c *client) complete(ctx context.Context, prompt []uint32, pin string, maxTokens int) (probe, error) {
+	p := probe{Overlap: -1}
+	body, err := json.Marshal(map[string]any{
+		"model": c.model, "prompt": prompt, "max_tokens": maxTokens, "ignore_eos": true,
+		"stream": true, "stream_options": map[string]bool{"include_usage": true},
+	})
+	if err != nil {
+		return p, fmt.Errorf("preflight: encode completion: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		return p, fmt.Errorf("preflight: completion: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	what := "POST /v1/completions"
+	if pin != "" {
+		req.Header.Set(headerPin, pin)
+		what += " pinned to " + pin
+	}
+	c.auth(req, pin != "")
+	start := time.Now()
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return p, c.transportError(what, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return p, httpError(what, resp.StatusCode, b)
+	}
+	p.Worker, p.Policy = resp.Header.Get(headerWorker), resp.Header.Get(headerPolicy)
+	if v, err := strconv.Atoi(resp.Header.Get(headerOverlap)); err == nil {
+		p.Overlap = v
+	}
+	sr := openai.NewSSEReader(resp.Body)
+	gotText := false
+	for {
+		payload, err := sr.Next()
+		if errors.Is(err, openai.ErrStreamDone) {
+			break
+		}
+		if err != nil {
+			return p, fmt.Errorf("preflight: %s: stream ended without [DONE]: %w", what, err)
+		}
+		var chunk struct {
+			Error   *openai.ErrorBody `json:"error"`
+			Choices []struct {
+				Text  string `json:"text"`
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *openai.Usage `json:"usage"`
+		}
+		if err := json.Unmarshal(payload, &chunk); err != nil {
+			return p, fmt.Errorf("preflight: %s: bad chunk %.80q: %w", what, payload, err)
+		}
+		if chunk.Error != nil {
+			return p, fmt.Errorf("preflight: %s: error in stream: %s", what, chunk.Error.Message)
+		}
+		if !gotText {
+			for _, ch := range chunk.Choices {
+				if ch.Text != "" || ch.Delta.Content != "" {
+					p.TTFTS, gotText = time.Since(start).Seconds(), true
+					break
+				}
+			}
+		}
+		if u := chunk.Usage; u != nil {
+			p.HasUsage, p.PromptTokens = true, u.PromptTokens
+			if u.PromptTokensDetails != nil {
+				p.CachedTokens = u.PromptTokensDetails.CachedTokens
+			}
+		}
+	}
+	if !gotText {
+		return p, fmt.Errorf("preflight: %s: stream carried no text, so no TTFT", what)
+	}
+	if !p.HasUsage {
+		return p, fmt.Errorf("preflight: %s: no usage chunk; the frontend ignored stream_options.include_usage", what)
+	}
+	return p, nil
+}
