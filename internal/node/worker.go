@@ -109,7 +109,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		}
 		xcfg := kvxfer.ServerConfig{Addr: addr, TLS: cfg.KVXferServerTLS, BlockBytes: bb, Logger: log}
 		if cfg.LinkRate > 0 {
-			xcfg.Shaper = linkemu.NewShaper(cfg.LinkRate, 0)
+			xcfg.Shaper = linkemu.NewShaper(cfg.LinkRate.TCPGoodput(), 0)
 		}
 		if w.xfer, err = kvxfer.NewServer(xcfg); err != nil {
 			return fail(err)
