@@ -72,7 +72,11 @@ func (e *LinkEstimator) Observe(from, to string, bytes int64, d time.Duration) {
 	e.update(l, e.state(l), float64(bytes)/d.Seconds())
 }
 
-// ObserveProbe records a probe's result and ends the probe.
+// ObserveProbe records a probe's result and ends the probe. A probe is a
+// deliberate measurement of the link as it is now, so it replaces the
+// estimate instead of being averaged in: an operator who re-probes after a
+// network change (or after a probe that ran while the link was shared)
+// must see the new figure, not a blend with the old one.
 func (e *LinkEstimator) ObserveProbe(from, to string, bytesPerSec float64, rtt time.Duration) {
 	l := Link{from, to}
 	e.mu.Lock()
@@ -83,6 +87,7 @@ func (e *LinkEstimator) ObserveProbe(from, to string, bytesPerSec float64, rtt t
 		return
 	}
 	s.rtt = rtt
+	s.measured = false // restart the estimate from this sample
 	e.update(l, s, bytesPerSec)
 }
 

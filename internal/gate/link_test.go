@@ -115,3 +115,19 @@ func TestLinkEstimatorConcurrent(t *testing.T) {
 		t.Errorf("estimate %v after samples in [1e9, 4e9]", bps)
 	}
 }
+
+// TestProbeReplacesEstimate: a probe measures the link as it is now; real
+// transfers after it are averaged in.
+func TestProbeReplacesEstimate(t *testing.T) {
+	g := newGate(t, Config{EWMAAlpha: 0.5})
+	e := g.Links()
+	e.ObserveProbe("p", "d", 50e6, time.Millisecond) // e.g. measured while the link was shared
+	e.ObserveProbe("p", "d", 120e6, time.Millisecond)
+	if bps, _, _ := e.Estimate("p", "d"); bps != 120e6 {
+		t.Errorf("after a second probe: %v, want 1.2e8 (not a blend)", bps)
+	}
+	e.Observe("p", "d", 80e6, time.Second) // 0.5·80 + 0.5·120
+	if bps, _, _ := e.Estimate("p", "d"); bps != 100e6 {
+		t.Errorf("after a transfer: %v, want 1e8", bps)
+	}
+}

@@ -69,6 +69,10 @@ type Frontend struct {
 	url      string
 	client   *http.Client
 
+	// probeMu serialises link probes: probes that share a prefill
+	// worker's egress would each measure a fraction of the link.
+	probeMu sync.Mutex
+
 	loadMu sync.RWMutex // guards loads
 	loads  map[string]bus.LoadReport
 
@@ -338,6 +342,8 @@ func (f *Frontend) probe(ctx context.Context, p, d bus.WorkerInfo, nbytes int64)
 	if p.KVXferAddr == "" {
 		return out, fmt.Errorf("node: prefill worker %s has no KV transfer address", p.ID)
 	}
+	f.probeMu.Lock()
+	defer f.probeMu.Unlock()
 	body, _ := json.Marshal(ProbeRequest{Addr: p.KVXferAddr, Bytes: nbytes})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.HTTPURL+"/kvxfer/probe", bytesReader(body))
 	if err != nil {
