@@ -201,6 +201,15 @@ func (r *runner) checkEvents(ctx context.Context) Check {
 	}
 	ch.Summary = fmt.Sprintf("%d/%d workers publish KV events (indexed within %gs, no gaps, heartbeat < %gs)",
 		ok, len(r.dep.Workers), r.cfg.EventsDeadline.Seconds(), r.cfg.EventsDeadline.Seconds())
+	var bad []string
+	for _, p := range ch.Events {
+		if p.Status != Pass {
+			bad = append(bad, fmt.Sprintf("%s (%s)", p.Worker, p.State))
+		}
+	}
+	if len(bad) > 0 {
+		ch.Summary += "; not: " + strings.Join(bad, ", ")
+	}
 	return ch
 }
 

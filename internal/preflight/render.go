@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -198,13 +199,30 @@ func findings(rep *Report) (problems, notes []string) {
 	return problems, notes
 }
 
+// subjects names what a failed check's problems are about, when each
+// problem starts with an id ("worker-2: ..."), so the verdict names it.
+func subjects(problems []string) string {
+	var ids []string
+	for _, p := range problems {
+		id, _, ok := strings.Cut(p, ": ")
+		if !ok || strings.ContainsAny(id, " \t") || slices.Contains(ids, id) {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(ids, ", ") + ")"
+}
+
 // verdictLine says the overall result and which checks caused it.
 func verdictLine(rep *Report) string {
 	var failed, warned []string
 	for _, c := range rep.Checks {
 		switch c.Status {
 		case Fail:
-			failed = append(failed, c.Name)
+			failed = append(failed, c.Name+subjects(c.Problems))
 		case Warn:
 			warned = append(warned, c.Name)
 		}
