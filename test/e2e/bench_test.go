@@ -1,0 +1,73 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/jsonschema"
+)
+
+// TestBenchRoutingAgainstUp runs `switchyard bench routing` comparing kv
+// and round-robin against a real cluster whose cache is sized so that
+// scattering costs, and checks the JSON report against its schema.
+func TestBenchRoutingAgainstUp(t *testing.T) {
+	url := up(t, "--workers", "2", "--kv-blocks", "300", "--speedup", "20")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "bench.json")
+	cmd := exec.Command(binary(t), "bench", "routing", "--url", url, "--requests", "30", "--prefixes", "5",
+		"--prefix-tokens", "1200", "--compare-policies", "kv,round-robin", "--json", out, "--plot", filepath.Join(dir, "ttft.png"))
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bench routing: %v\n%s", err, b)
+	}
+	t.Logf("\n%s", b)
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := os.ReadFile("../../docs/bench.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(sb, &schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range jsonschema.Validate(schema, doc) {
+		t.Errorf("schema: %s", e)
+	}
+	var rep struct {
+		Runs []struct {
+			Policy    string `json:"policy"`
+			Aggregate struct {
+				HitRatio float64 `json:"hit_ratio"`
+				Errors   int     `json:"errors"`
+			} `json:"aggregate"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 2 {
+		t.Fatalf("runs = %+v, want kv and round-robin", rep.Runs)
+	}
+	kv, rr := rep.Runs[0], rep.Runs[1]
+	if kv.Aggregate.Errors+rr.Aggregate.Errors != 0 {
+		t.Errorf("errors: kv %d, round-robin %d", kv.Aggregate.Errors, rr.Aggregate.Errors)
+	}
+	if kv.Aggregate.HitRatio <= rr.Aggregate.HitRatio {
+		t.Errorf("hit ratio kv %.3f ≤ round-robin %.3f", kv.Aggregate.HitRatio, rr.Aggregate.HitRatio)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ttft.png")); err != nil {
+		t.Errorf("plot: %v", err)
+	}
+}
