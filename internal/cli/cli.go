@@ -80,6 +80,17 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Run 'switchyard <command> -h' for the flags of one command.")
 }
 
+// newFlagSet returns a flag set whose -h output starts with a usage line
+// and what the command does.
+func newFlagSet(name, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: switchyard %s [flags]\n\n%s\n\nflags:\n", name, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 // parseFlags parses args into fs and maps the outcome to an exit code:
 // -1 means "go on", anything else is the code to return.
 func parseFlags(fs *flag.FlagSet, args []string, env Env) int {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"strings"
 
@@ -31,7 +30,7 @@ type upCmd struct {
 
 func parseUpFlags(args []string, env Env) (upCmd, int) {
 	var u upCmd
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	fs := newFlagSet("up", "Runs a whole cluster in one process: an embedded NATS server, the frontend with the KV router\nand disaggregation gate, and simulated workers registered over the bus.")
 	fs.StringVar(&u.frontend.HTTPAddr, "http-addr", "127.0.0.1:8000", "frontend HTTP listen address")
 	fs.IntVar(&u.workers, "workers", 2, "simulated workers (decode role when --prefill-workers > 0, else aggregated)")
 	fs.IntVar(&u.prefillWorkers, "prefill-workers", 0, "simulated prefill-role workers (disaggregated serving)")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"flag"
 	"fmt"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
@@ -27,7 +26,7 @@ type workerFlags struct {
 
 func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	var f workerFlags
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs := newFlagSet("worker", "Runs one engine worker. With --nats it registers, publishes KV events and load reports;\nwithout, it serves its OpenAI API standalone.")
 	fs.StringVar(&f.engine, "engine", "sim", "engine: sim (the built-in simulator)")
 	fs.StringVar(&f.node.HTTPAddr, "http-addr", "127.0.0.1:8100", "HTTP listen address")
 	fs.StringVar(&f.node.Sim.ID, "id", "sim-0", "worker id (unique in the deployment)")
