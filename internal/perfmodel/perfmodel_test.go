@@ -122,3 +122,35 @@ func TestDecodeIsBandwidthBound(t *testing.T) {
 		t.Errorf("decode step = %g s, want the memory time %g s", got, want)
 	}
 }
+
+// dynamoMockerPrefillMS is the prefill cost of NVIDIA Dynamo's simulator
+// ("mocker"), for the comparison REFERENCES.md asks for: T is the new tokens
+// in the batch. It has no notion of GPU, model or tensor parallelism.
+func dynamoMockerPrefillMS(t float64) float64 { return 4.21e-7*t*t + 1.518e-2*t + 16.5 }
+
+// TestRooflineBeatsDynamoMocker: on the measured splitwise prompt times, the
+// roofline model's error is lower than a fixed-formula simulator's.
+func TestRooflineBeatsDynamoMocker(t *testing.T) {
+	rows, err := LoadCalibration(splitwiseCSV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours, mocker []float64
+	for _, r := range rows {
+		ours = append(ours, abs(r.PredPromptMS-r.PromptMS)/r.PromptMS)
+		m := dynamoMockerPrefillMS(float64(r.PromptSize * r.BatchSize))
+		mocker = append(mocker, abs(m-r.PromptMS)/r.PromptMS)
+	}
+	o, m := median(ours), median(mocker)
+	t.Logf("prompt-time MdAPE over %d configs: roofline %.1f%%, Dynamo mocker formula %.1f%%", len(rows), 100*o, 100*m)
+	if o >= m {
+		t.Errorf("roofline MdAPE %.1f%% not below the mocker's %.1f%%", 100*o, 100*m)
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
