@@ -104,4 +104,3 @@ func jsonType(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
-
