@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -448,8 +449,11 @@ func (r *runner) checkRouting(ctx context.Context) Check {
 	policies := map[string]int{}
 	var ttft float64
 	errs := 0
+	// Prefixes are drawn at random (seeded), not in rotation: a rotation
+	// can line up with a round-robin router and score it perfect.
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
 	for i := 0; i < cfg.RoutingRequests; i++ {
-		resp, err := r.c.complete(ctx, prompt(i%len(prefixes), len(prefixes)+i), "", 2)
+		resp, err := r.c.complete(ctx, prompt(rng.IntN(len(prefixes)), len(prefixes)+i), "", 2)
 		if err != nil {
 			if errs++; errs <= 3 {
 				ch.Problems = append(ch.Problems, fmt.Sprintf("request %d: %v", i, err))
@@ -476,7 +480,11 @@ func (r *runner) checkRouting(ctx context.Context) Check {
 	switch {
 	case res.HitRatio < cfg.MinHitRatio:
 		ch.Status = Fail
-		ch.Problems = append(ch.Problems, fmt.Sprintf("hit ratio %.2f below --min-hit-ratio %.2f: repeated prefixes are not routed to the worker that caches them", res.HitRatio, cfg.MinHitRatio))
+		msg := fmt.Sprintf("hit ratio %.2f below --min-hit-ratio %.2f: repeated prefixes are not routed to the worker that caches them", res.HitRatio, cfg.MinHitRatio)
+		if res.Policy != "kv" {
+			msg += fmt.Sprintf(" (policy %q is not cache-aware; run the frontend with --router kv)", res.Policy)
+		}
+		ch.Problems = append(ch.Problems, msg)
 	case res.HitRatio < res.ExpectedHitRatio:
 		ch.Status = Warn
 		ch.Problems = append(ch.Problems, fmt.Sprintf("hit ratio %.2f below the expected %.2f", res.HitRatio, res.ExpectedHitRatio))

@@ -64,8 +64,10 @@ func TestPreflightNamesWorkerWithEventsOff(t *testing.T) {
 }
 
 // TestPreflightDisaggMathOnSlowLink: the field report's finding, computed
-// before go-live. At an emulated 1 Gbit/s, qwen3-0.6b's KV for a ~3,300-token
-// prompt adds ≈ 3.4 s, and preflight advises against disaggregation.
+// before go-live. At an emulated 1 Gbit/s (117.7 MB/s of TCP goodput; the
+// field report saw 104 MB/s), qwen3-0.6b's KV for a 3,300-token prompt adds
+// ≈ 3.4 s, and preflight advises against disaggregation. (At 3,200 tokens the
+// same link gives 3.10 s, inside ±10% by 1%: the margin would be noise.)
 func TestPreflightDisaggMathOnSlowLink(t *testing.T) {
 	url := up(t, "--workers", "1", "--prefill-workers", "1", "--link-rate", "1gbit", "--disagg", "always")
 	code, out, errOut := preflight(t, url, "--json", "--prompt-tokens", "1500,3300")
@@ -132,15 +134,19 @@ func TestPreflightDisaggMathOnSlowLink(t *testing.T) {
 			if pr.KVBytes != 3300*114688 {
 				t.Errorf("kv bytes %d, want 3300 × 114,688", pr.KVBytes)
 			}
-			if pr.TransferS < 3.4*0.9 || pr.TransferS > 3.4*1.1 {
-				t.Errorf("added transfer %.2f s, want ≈ 3.4 s ± 10%% (the field report)", pr.TransferS)
+			if added < 3.4*0.9 || added > 3.4*1.1 {
+				t.Errorf("added TTFT %.2f s, want ≈ 3.4 s ± 10%% (the field report)", added)
+			}
+			// And it is the link's doing: KV bytes ÷ measured throughput.
+			if want := float64(pr.KVBytes) / p.LinkBytesPerSec; added < want*0.9 || added > want*1.1 {
+				t.Errorf("added TTFT %.2f s, want KV bytes ÷ measured link = %.2f s ± 10%%", added, want)
 			}
 		}
 		if p.BreakEven != "never on this link" {
 			t.Errorf("break-even %q, want never on this link", p.BreakEven)
 		}
 	}
-	if code != 0 && code != 1 {
-		t.Errorf("exit %d", code)
+	if code != 0 { // a WARN is not a failure
+		t.Errorf("exit %d, want 0 (WARN only)\n%s", code, errOut)
 	}
 }
