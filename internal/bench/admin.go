@@ -136,3 +136,27 @@ func (c *Client) ResetCache(ctx context.Context) (int, error) {
 	_, err := c.call(ctx, http.MethodPost, "/admin/reset-cache", c.adminKey, nil, &r)
 	return r.Workers, err
 }
+
+// DisaggState is the body of GET and PUT /admin/disagg.
+type DisaggState struct {
+	Mode string `json:"mode"`
+}
+
+// Disagg returns the frontend's disaggregation mode.
+func (c *Client) Disagg(ctx context.Context) (DisaggState, error) {
+	var s DisaggState
+	_, err := c.call(ctx, http.MethodGet, "/admin/disagg", c.adminKey, nil, &s)
+	return s, err
+}
+
+// SetDisagg switches the frontend's disaggregation mode and checks the answer.
+func (c *Client) SetDisagg(ctx context.Context, mode string) error {
+	var s DisaggState
+	if _, err := c.call(ctx, http.MethodPut, "/admin/disagg", c.adminKey, map[string]string{"mode": mode}, &s); err != nil {
+		return err
+	}
+	if s.Mode != mode {
+		return fmt.Errorf("bench: PUT /admin/disagg: asked for mode %q, frontend answered %q", mode, s.Mode)
+	}
+	return nil
+}

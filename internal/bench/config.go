@@ -52,6 +52,11 @@ type Config struct {
 	TraceFormat string  // FormatMooncake or FormatAzure
 	TimeScale   float64 // multiplies the trace's timestamps (0.5 = twice as fast)
 	MaxRequests int     // 0: the whole trace
+	// LongShare of the trace's requests (chosen deterministically from
+	// Seed) get LongTokens input tokens instead of the trace's length, to
+	// mix long prompts into a trace that has few.
+	LongShare  float64
+	LongTokens int
 
 	MaxTokens   int           // completion length for routing, disagg and selftest
 	Concurrency int           // in-flight limit; 0 means unlimited (trace only)
@@ -60,8 +65,12 @@ type Config struct {
 	Timeout     time.Duration // per request
 
 	Policies   []string // compare these router policies; empty: run once as deployed
-	ResetCache bool     // reset worker prefix caches before each run (always on with Policies)
-	BlockSize  int      // 0: from GET /health, else 16
+	ResetCache bool     // reset worker prefix caches before each run (always on with Policies or DisaggModes)
+	// DisaggModes compares the frontend's disaggregation modes (never,
+	// always, auto), switched with PUT /admin/disagg; empty: run once as
+	// deployed. Exclusive with Policies.
+	DisaggModes []string
+	BlockSize   int // 0: from GET /health, else 16
 
 	TTFTSLO time.Duration // goodput: TTFT at most this
 	ITLSLO  time.Duration // goodput: the request's mean ITL at most this
@@ -138,6 +147,29 @@ func (c *Config) Validate() error {
 			break
 		}
 		seen[p] = true
+	}
+	seen = map[string]bool{}
+	for _, m := range c.DisaggModes {
+		if (m != "never" && m != "always" && m != "auto") || seen[m] {
+			bad("--compare-disagg %q: want distinct modes among never, always, auto", strings.Join(c.DisaggModes, ","))
+			break
+		}
+		seen[m] = true
+	}
+	if len(c.DisaggModes) > 0 && len(c.Policies) > 0 {
+		bad("give --compare-policies or --compare-disagg, not both")
+	}
+	if len(c.DisaggModes) > 0 && c.Scenario == ScenarioSelftest {
+		bad("--compare-disagg needs a frontend: not for selftest")
+	}
+	if !(c.LongShare >= 0 && c.LongShare <= 1) {
+		bad("--long-share %g: want a fraction in [0, 1]", c.LongShare)
+	}
+	if c.LongShare > 0 && (c.LongTokens < 1 || c.LongTokens > maxPromptTokens) {
+		bad("--long-tokens %d: want 1..%d with --long-share", c.LongTokens, maxPromptTokens)
+	}
+	if c.LongShare > 0 && c.Scenario != ScenarioTrace {
+		bad("--long-share is for the trace scenario")
 	}
 	switch c.Scenario {
 	case ScenarioRouting, ScenarioSelftest:

@@ -28,8 +28,9 @@ type fakeFrontend struct {
 	n      atomic.Int64
 	resets atomic.Int64
 
-	mu     sync.Mutex // guards policy, rr, caches
+	mu     sync.Mutex // guards policy, mode, rr, caches
 	policy string
+	mode   string // disaggregation mode: never, always or auto (remoteAt decides)
 	rr     int
 	caches [2]map[kvindex.BlockHash]bool
 }
@@ -38,7 +39,7 @@ const fakeModel = "fake-model"
 
 func startFake(t testing.TB, f *fakeFrontend) *httptest.Server {
 	t.Helper()
-	f.policy = "kv"
+	f.policy, f.mode = "kv", "auto"
 	for i := range f.caches {
 		f.caches[i] = map[kvindex.BlockHash]bool{}
 	}
@@ -53,6 +54,7 @@ func startFake(t testing.TB, f *fakeFrontend) *httptest.Server {
 	})
 	if !f.noAdmin {
 		mux.HandleFunc("/admin/router", f.router)
+		mux.HandleFunc("/admin/disagg", f.disagg)
 		mux.HandleFunc("POST /admin/reset-cache", func(w http.ResponseWriter, r *http.Request) {
 			if !f.authorized(w, r) {
 				return
@@ -99,6 +101,23 @@ func (f *fakeFrontend) router(w http.ResponseWriter, r *http.Request) {
 	openai.WriteJSON(w, RouterState{Policy: f.policy, Policies: []string{"kv", "round-robin"}})
 }
 
+func (f *fakeFrontend) disagg(w http.ResponseWriter, r *http.Request) {
+	if !f.authorized(w, r) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r.Method == http.MethodPut {
+		var body struct{ Mode string }
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || (body.Mode != "never" && body.Mode != "always" && body.Mode != "auto") {
+			openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "mode", "unknown mode")
+			return
+		}
+		f.mode = body.Mode
+	}
+	openai.WriteJSON(w, map[string]any{"mode": f.mode, "margin": 0.1})
+}
+
 func (f *fakeFrontend) complete(w http.ResponseWriter, r *http.Request) {
 	var req openai.CompletionRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -141,7 +160,7 @@ func (f *fakeFrontend) complete(w http.ResponseWriter, r *http.Request) {
 	for _, h := range hashes {
 		f.caches[worker][h] = true
 	}
-	policy := f.policy
+	policy, mode := f.policy, f.mode
 	f.mu.Unlock()
 
 	h := w.Header()
@@ -149,10 +168,10 @@ func (f *fakeFrontend) complete(w http.ResponseWriter, r *http.Request) {
 	h.Set(HeaderOverlapTokens, strconv.Itoa(overlap[worker]*16))
 	h.Set(HeaderPolicy, policy)
 	if f.remoteAt > 0 {
-		if len(toks) >= f.remoteAt {
+		if mode == "always" || (mode == "auto" && len(toks) >= f.remoteAt) {
 			h.Set(HeaderPrefill, "remote")
 			h.Set(HeaderDisaggReason, "link_faster")
-		} else {
+		} else if mode != "never" {
 			h.Set(HeaderPrefill, "local")
 			h.Set(HeaderDisaggReason, "short_prompt")
 		}

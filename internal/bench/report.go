@@ -37,11 +37,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	}
 	fmt.Fprint(tw, "policy\t")
 	for _, r := range rep.Runs {
-		p := r.Policy
-		if p == "" {
-			p = "(as deployed)"
-		}
-		fmt.Fprintf(tw, "%s\t", p)
+		fmt.Fprintf(tw, "%s\t", runLabel(r))
 	}
 	fmt.Fprintln(tw)
 	row("requests", func(a *Aggregate) string { return fmt.Sprint(a.Requests) })
@@ -79,7 +75,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 		if len(r.Groups) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\nby prompt size%s:\n", policySuffix(r.Policy))
+		fmt.Fprintf(w, "\nby prompt size%s:\n", policySuffix(r))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "prompt tokens\tn\tok\tTTFT p50 ms\tTTFT p99 ms\tE2E p50 ms\tcached\tlocal/remote\tpredicted TTFT ms\treasons")
 		for _, g := range r.Groups {
@@ -98,11 +94,24 @@ func WriteTable(w io.Writer, rep *Report) error {
 	return nil
 }
 
-func policySuffix(p string) string {
-	if p == "" {
+// runLabel names a run by its policy and disaggregation mode.
+func runLabel(r PolicyRun) string {
+	switch {
+	case r.Policy != "" && r.DisaggMode != "":
+		return r.Policy + " disagg " + r.DisaggMode
+	case r.DisaggMode != "":
+		return "disagg " + r.DisaggMode
+	case r.Policy != "":
+		return r.Policy
+	}
+	return "(as deployed)"
+}
+
+func policySuffix(r PolicyRun) string {
+	if r.Policy == "" && r.DisaggMode == "" {
 		return ""
 	}
-	return " (" + p + ")"
+	return " (" + runLabel(r) + ")"
 }
 
 func ms(v *float64) string {

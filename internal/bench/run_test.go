@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -249,5 +250,95 @@ func TestSelftest(t *testing.T) {
 	}
 	if !bytes.Contains(progress.Bytes(), []byte("500/500 done")) {
 		t.Errorf("progress output %q lacks the final line", progress.String())
+	}
+}
+
+func TestDisaggCompareModes(t *testing.T) {
+	f := &fakeFrontend{remoteAt: 1000, adminKey: "adm"}
+	srv := startFake(t, f)
+	cfg := DefaultConfig()
+	cfg.Scenario, cfg.URL, cfg.AdminKey = ScenarioDisagg, srv.URL, "adm"
+	cfg.PromptTokens, cfg.Repeats, cfg.MaxTokens = []int{500, 1500}, 2, 2
+	cfg.DisaggModes = []string{"never", "always", "auto"}
+	rep, err := Run(context.Background(), mustValidate(t, cfg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 3 {
+		t.Fatalf("%d runs, want 3", len(rep.Runs))
+	}
+	tests := []struct {
+		mode          string
+		local, remote int
+	}{{"never", 0, 0}, {"always", 0, 4}, {"auto", 2, 2}}
+	for i, tt := range tests {
+		r := rep.Runs[i]
+		if r.DisaggMode != tt.mode || r.ResetWorkers == nil {
+			t.Errorf("run %d: mode %q, reset %v; want %q and a reset", i, r.DisaggMode, r.ResetWorkers, tt.mode)
+		}
+		if got := r.Aggregate; got.PrefillLocal != tt.local || got.PrefillRemote != tt.remote || got.OK != 4 {
+			t.Errorf("mode %s: local/remote %d/%d ok %d; want %d/%d ok 4", tt.mode, got.PrefillLocal, got.PrefillRemote, got.OK, tt.local, tt.remote)
+		}
+	}
+	if got := f.resets.Load(); got != 3 {
+		t.Errorf("%d cache resets, want one per mode", got)
+	}
+	f.mu.Lock()
+	mode := f.mode
+	f.mu.Unlock()
+	if mode != "auto" {
+		t.Errorf("mode left at %q, want the original auto restored", mode)
+	}
+	var out strings.Builder
+	if err := WriteTable(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"disagg never", "disagg always", "disagg auto", "by prompt size (disagg always)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestTraceLongShare(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Scenario, cfg.URL, cfg.TraceFormat = ScenarioTrace, "http://127.0.0.1:1", FormatAzure
+	cfg.TracePath = "../../../shared/data/traces/azure2023_AzureLLMInferenceTrace_conv.csv"
+	cfg.MaxRequests, cfg.LongShare, cfg.LongTokens = 1000, 0.1, 4000
+	plan, err := BuildPlan(mustValidate(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := 0
+	for _, it := range plan.Items {
+		if it.Group == "long" {
+			long++
+			if it.InputTokens != 4000 {
+				t.Errorf("long item %d has %d tokens", it.Index, it.InputTokens)
+			}
+		}
+	}
+	// 1000 Bernoulli(0.1) draws: mean 100, sd 9.5; 60..140 is > 4 sd.
+	if long < 60 || long > 140 {
+		t.Errorf("%d of 1000 requests made long, want about 100", long)
+	}
+	again, err := BuildPlan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plan.Items {
+		if plan.Items[i].InputTokens != again.Items[i].InputTokens {
+			t.Fatalf("item %d: %d then %d tokens: not deterministic", i, plan.Items[i].InputTokens, again.Items[i].InputTokens)
+		}
+	}
+	bad := cfg
+	bad.LongShare = 1.5
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "--long-share") {
+		t.Errorf("Validate(long share 1.5) = %v", err)
+	}
+	bad = cfg
+	bad.DisaggModes = []string{"sometimes"}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "--compare-disagg") {
+		t.Errorf("Validate(mode sometimes) = %v", err)
 	}
 }

@@ -47,6 +47,9 @@ type Settings struct {
 	Rate         float64  `json:"rate"`
 	Seed         int64    `json:"seed"`
 	Policies     []string `json:"policies,omitempty"`
+	DisaggModes  []string `json:"disagg_modes,omitempty"`
+	LongShare    float64  `json:"long_share,omitempty"`
+	LongTokens   int      `json:"long_tokens,omitempty"`
 	TTFTSLOS     float64  `json:"ttft_slo_s"`
 	ITLSLOS      float64  `json:"itl_slo_s"`
 }
@@ -55,6 +58,7 @@ type Settings struct {
 // Policy empty).
 type PolicyRun struct {
 	Policy       string    `json:"policy"`
+	DisaggMode   string    `json:"disagg_mode,omitempty"`   // set with --compare-disagg
 	ResetWorkers *int      `json:"reset_workers,omitempty"` // workers whose cache was cleared first
 	Aggregate    Aggregate `json:"aggregate"`
 	Groups       []Group   `json:"groups,omitempty"` // disagg: one per prompt size
@@ -135,15 +139,44 @@ func runPlan(ctx context.Context, cfg Config, plan Plan, c *Client, progress *Pr
 	} else {
 		policies = []string{""}
 	}
-	b := NewPromptBuilder(cfg.Seed)
+	modes := cfg.DisaggModes
+	if len(modes) > 0 {
+		st, err := c.Disagg(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), adminTimeout)
+			defer cancel()
+			if rerr := c.SetDisagg(rctx, st.Mode); rerr != nil && err == nil {
+				err = fmt.Errorf("bench: restore disaggregation mode %q: %w", st.Mode, rerr)
+			}
+		}()
+	} else {
+		modes = []string{""}
+	}
+	type variant struct{ policy, mode string }
+	var variants []variant
 	for _, pol := range policies {
-		run := PolicyRun{Policy: pol}
+		for _, m := range modes {
+			variants = append(variants, variant{pol, m})
+		}
+	}
+	b := NewPromptBuilder(cfg.Seed)
+	for _, v := range variants {
+		pol := v.policy
+		run := PolicyRun{Policy: pol, DisaggMode: v.mode}
 		if pol != "" {
 			if err := c.SetPolicy(ctx, pol); err != nil {
 				return rep, err
 			}
 		}
-		if pol != "" || cfg.ResetCache {
+		if v.mode != "" {
+			if err := c.SetDisagg(ctx, v.mode); err != nil {
+				return rep, err
+			}
+		}
+		if pol != "" || v.mode != "" || cfg.ResetCache {
 			n, err := c.ResetCache(ctx)
 			if err != nil {
 				return rep, err
@@ -153,6 +186,9 @@ func runPlan(ctx context.Context, cfg Config, plan Plan, c *Client, progress *Pr
 		label := string(cfg.Scenario)
 		if pol != "" {
 			label += " " + pol
+		}
+		if v.mode != "" {
+			label += " disagg " + v.mode
 		}
 		warm, _, _ := dispatch(ctx, c, b, plan.Warmup, 1, false, progress, label+" warmup")
 		for i := range warm {
@@ -283,7 +319,7 @@ func groupBy(recs []Record, wall float64, slo SLO) []Group {
 
 func settingsOf(cfg Config, plan Plan) Settings {
 	s := Settings{Warmup: len(plan.Warmup), MaxTokens: cfg.MaxTokens, Concurrency: plan.Concurrency,
-		Rate: cfg.Rate, Seed: cfg.Seed, Policies: cfg.Policies,
+		Rate: cfg.Rate, Seed: cfg.Seed, Policies: cfg.Policies, DisaggModes: cfg.DisaggModes,
 		TTFTSLOS: cfg.TTFTSLO.Seconds(), ITLSLOS: cfg.ITLSLO.Seconds()}
 	switch cfg.Scenario {
 	case ScenarioRouting, ScenarioSelftest:
@@ -297,6 +333,7 @@ func settingsOf(cfg Config, plan Plan) Settings {
 		s.PromptTokens, s.Repeats = cfg.PromptTokens, cfg.Repeats
 	case ScenarioTrace:
 		s.Trace, s.TraceFormat, s.TimeScale, s.MaxRequests = cfg.TracePath, cfg.TraceFormat, cfg.TimeScale, cfg.MaxRequests
+		s.LongShare, s.LongTokens = cfg.LongShare, cfg.LongTokens
 		s.MaxTokens = 0 // from the trace
 	}
 	return s

@@ -96,6 +96,16 @@ func BuildPlan(cfg Config) (Plan, error) {
 				MaxTokens: max(tr.OutputTokens, 1), hashIDs: tr.HashIDs, unique: i}
 			p.Items = append(p.Items, it)
 		}
+		if cfg.LongShare > 0 {
+			// A replaced request gets a unique prompt: its trace prefix
+			// blocks (Mooncake) described the old length.
+			r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6c6f6e67)) // "long"
+			for i := range p.Items {
+				if r.Float64() < cfg.LongShare {
+					p.Items[i].InputTokens, p.Items[i].hashIDs, p.Items[i].Group = cfg.LongTokens, nil, "long"
+				}
+			}
+		}
 		p.Concurrency = cfg.Concurrency
 		p.Open = true
 		return p, nil

@@ -66,7 +66,10 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed for every random choice")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
 	policies := fs.String("compare-policies", "", "comma-separated router policies to compare, e.g. kv,round-robin,random")
-	fs.BoolVar(&cfg.ResetCache, "reset-cache", false, "reset worker prefix caches before the run (always on with --compare-policies)")
+	modes := fs.String("compare-disagg", "", "comma-separated disaggregation modes to compare via PUT /admin/disagg, e.g. never,always,auto")
+	fs.Float64Var(&cfg.LongShare, "long-share", 0, "trace: give this share of requests (chosen by --seed) --long-tokens input tokens and a unique prompt")
+	fs.IntVar(&cfg.LongTokens, "long-tokens", 4000, "trace: input length of the requests --long-share picks")
+	fs.BoolVar(&cfg.ResetCache, "reset-cache", false, "reset worker prefix caches before the run (always on with --compare-policies or --compare-disagg)")
 	fs.IntVar(&cfg.BlockSize, "block-size", 0, "KV block size for the hit count (default: from /health, else 16)")
 	fs.DurationVar(&cfg.TTFTSLO, "ttft-slo", cfg.TTFTSLO, "goodput SLO on time to first token")
 	fs.DurationVar(&cfg.ITLSLO, "itl-slo", cfg.ITLSLO, "goodput SLO on a request's mean inter-token latency")
@@ -105,6 +108,12 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 		cfg.Policies = strings.Split(*policies, ",")
 		for i := range cfg.Policies {
 			cfg.Policies[i] = strings.TrimSpace(cfg.Policies[i])
+		}
+	}
+	if *modes != "" {
+		cfg.DisaggModes = splitList(*modes)
+		if len(cfg.DisaggModes) == 0 {
+			cfg.DisaggModes = []string{""} // Validate names the flag
 		}
 	}
 	if plotPath != "" && !strings.HasSuffix(plotPath, ".png") {
