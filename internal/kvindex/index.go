@@ -208,7 +208,7 @@ func (x *Index) touch(hashes []uint64) {
 	for _, h := range hashes {
 		k := slotKey(h)
 		t := x.shardOf(k).tab.Load()
-		sink += t.slots[k&t.mask].loadKey()
+		sink += t.slots[t.home(k)].loadKey()
 	}
 	touchSink.Store(sink)
 }
@@ -299,7 +299,8 @@ func (x *Index) Blocks() int {
 }
 
 // Slots returns the total capacity of the shard tables, for memory
-// accounting: each slot is 16 bytes.
+// accounting: each slot is 16 bytes, and each table of 2 MiB or more also
+// reserves up to 2 MiB of address space to align itself (see allocSlots).
 func (x *Index) Slots() int {
 	n := 0
 	for i := range x.shards {

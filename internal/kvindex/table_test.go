@@ -1,0 +1,78 @@
+package kvindex
+
+import (
+	"fmt"
+	"testing"
+)
+
+// TestContKey pins the properties lookups rely on: a continuation key is
+// never its head's key, the continuations of one set are distinct, and all
+// of them share the head's shard and home line.
+func TestContKey(t *testing.T) {
+	topMask := uint64(0x3f) << 58 // 64 shards
+	tab := newTable(1 << 16)
+	for i := 0; i < 2000; i++ {
+		k := slotKey(mix(uint64(i)))
+		seen := map[uint64]int{k: 0}
+		for s := 1; s < 64; s++ {
+			c := contKey(k, s, topMask)
+			if prev, dup := seen[c]; dup {
+				t.Fatalf("contKey(%#x, %d) = %#x, same as slot %d", k, s, c, prev)
+			}
+			seen[c] = s
+			if c&topMask != k&topMask {
+				t.Errorf("contKey(%#x, %d) = %#x leaves the shard", k, s, c)
+			}
+			if tab.home(c) != tab.home(k) {
+				t.Errorf("contKey(%#x, %d) = %#x: home %d, head's %d", k, s, c, tab.home(c), tab.home(k))
+			}
+		}
+	}
+}
+
+// TestCrowdedLines stores blocks whose hashes all share one home line, so
+// probe runs spill over many lines: lookups must fall back from the one-line
+// scan to a full probe, and removals must shift the run back correctly.
+func TestCrowdedLines(t *testing.T) {
+	x := New(Config{Shards: 1, InitialSlots: 64})
+	hashes := make([]uint64, 20)
+	for i := range hashes {
+		hashes[i] = uint64(i+1)<<40 | 0x10 // same low bits: same home in any table
+	}
+	x.Store("a", hashes)
+	x.Store("b", hashes[:7])
+	for i := 0; i < 4; i++ { // more than three holders on block 0
+		x.Store(fmt.Sprintf("c%d", i), hashes[:1])
+	}
+	var o Overlaps
+	x.Overlaps(hashes, &o)
+	want := map[string]int{"a": 20, "b": 7, "c0": 1, "c1": 1, "c2": 1, "c3": 1}
+	if got := hitsMap(&o); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("before removal: got %v, want %v", got, want)
+	}
+	x.Remove("a", hashes[3:4])
+	x.Remove("b", hashes[:2])
+	x.Overlaps(hashes, &o)
+	want = map[string]int{"a": 3, "c0": 1, "c1": 1, "c2": 1, "c3": 1}
+	if got := hitsMap(&o); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after removal: got %v, want %v", got, want)
+	}
+	if got, want := x.Entries(), 20-1+7-2+4; got != want {
+		t.Errorf("entries = %d, want %d", got, want)
+	}
+}
+
+// TestApplyAllocationFree pins that Store and Remove of a known worker
+// allocate nothing once the table has room.
+func TestApplyAllocationFree(t *testing.T) {
+	x := New(Config{InitialSlots: 1 << 12})
+	c := chain(9, 64)
+	x.Store("w", c)
+	allocs := testing.AllocsPerRun(100, func() {
+		x.Remove("w", c)
+		x.Store("w", c)
+	})
+	if allocs != 0 {
+		t.Errorf("Store+Remove allocate %v times per call, want 0", allocs)
+	}
+}
