@@ -1,0 +1,35 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"net/http"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// TestUpStopsCleanlyOnInterrupt: Ctrl-C (SIGINT) stops `up` with exit code
+// 0, and its port stops answering.
+func TestUpStopsCleanlyOnInterrupt(t *testing.T) {
+	p, m := start(t, regexp.MustCompile(`ready: (http://[0-9.:]+)`), "up", "--http-addr", "127.0.0.1:0")
+	url := m[1]
+	if code := getJSON(t, url+"/health", nil); code != http.StatusOK {
+		t.Fatalf("/health = %d before the interrupt", code)
+	}
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("up did not exit within 20 s of SIGINT")
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("up exited %d after SIGINT, want 0\n%s", code, p.output())
+	}
+	if _, err := http.Get(url + "/health"); err == nil {
+		t.Errorf("frontend still answers after up exited")
+	}
+}
