@@ -218,6 +218,7 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 		if e.Operation() == jetstream.KeyValuePurge {
 			reason = "entry purged (expired or removed by an operator)"
 		}
+		w.log.Warn("worker left the registry", "worker", key, "reason", reason)
 		return append(changes, Change{Kind: WorkerRemoved, Worker: old.info, Reason: reason})
 	}
 	if old != nil && bytes.Equal(old.raw, e.Value()) {

@@ -59,7 +59,12 @@ type ConsumerConfig struct {
 	// beyond it NATS drops (seen as gaps). 0 means 1M messages / 256 MiB.
 	PendingMsgs  int
 	PendingBytes int
-	Logger       *slog.Logger
+	// RegisteredOnly applies events only from workers announced with
+	// SetExpected. A frontend sets it so that a worker the registry refused
+	// (another model or block size) never reaches the index; such events
+	// are counted as stale. Its first snapshot is fetched on SetExpected.
+	RegisteredOnly bool
+	Logger         *slog.Logger
 }
 
 // Consumer subscribes to every worker's KV events in a namespace, applies
@@ -111,6 +116,7 @@ type worker struct {
 	h          WorkerHealth // counters
 	logLast    time.Time
 	logSupp    int
+	logState   State // the state the last log line reported
 }
 
 // NewConsumer validates cfg and returns a Consumer; call Run.
@@ -262,9 +268,17 @@ func (c *Consumer) reject(subject string, err error) {
 
 // applyLocked applies or buffers one decoded batch. w.mu is held.
 func (c *Consumer) applyLocked(w *worker, b *Batch, now time.Time) {
+	prevSeen := w.lastSeen
 	w.lastSeen = now
 	if w.expected && !w.enabled {
 		w.h.Stale++
+		return
+	}
+	if c.cfg.RegisteredOnly && !w.expected {
+		w.h.Stale++
+		if w.state != StateResyncing || w.cause != causeUnregistered {
+			w.state, w.cause = StateResyncing, causeUnregistered
+		}
 		return
 	}
 	if w.needResync {
@@ -284,6 +298,9 @@ func (c *Consumer) applyLocked(w *worker, b *Batch, now time.Time) {
 		c.startResyncLocked(w, b, fmt.Sprintf("first batch seen mid-stream (seq %d)", b.Seq), now)
 		return
 	case b.Epoch < w.epoch:
+		// A dead run's late batch: it says nothing about the live one, so
+		// it must not keep the worker looking alive either.
+		w.lastSeen = prevSeen
 		w.h.Stale++
 		return
 	case b.Epoch > w.epoch:
@@ -363,7 +380,10 @@ func (c *Consumer) setStateLocked(w *worker, s State, cause string, now time.Tim
 		return
 	}
 	w.state, w.cause = s, cause
-	if now.Sub(w.logLast) < c.cfg.LogEvery {
+	// The rate limit never hides a worker getting worse: a change to a
+	// non-healthy state other than the one last logged is always logged.
+	worse := s != StateHealthy && s != w.logState
+	if now.Sub(w.logLast) < c.cfg.LogEvery && !worse {
 		w.logSupp++
 		return
 	}
@@ -372,8 +392,11 @@ func (c *Consumer) setStateLocked(w *worker, s State, cause string, now time.Tim
 		level = slog.LevelInfo
 	}
 	c.log.Log(context.Background(), level, "kv event health changed", "worker", w.id, "state", s.String(), "cause", cause, "suppressed", w.logSupp)
-	w.logLast, w.logSupp = now, 0
+	w.logLast, w.logSupp, w.logState = now, 0, s
 }
+
+// causeUnregistered explains events ignored under RegisteredOnly.
+const causeUnregistered = "events from a worker the registry does not list (not yet registered, or refused); ignored"
 
 func (c *Consumer) snapshotWorkers() []*worker {
 	c.mu.RLock()
@@ -518,6 +541,29 @@ func (c *Consumer) SetExpected(workerID string, eventsEnabled bool) {
 	case eventsEnabled && wasDisabled:
 		w.lastSeen = now
 		c.setStateLocked(w, StateResyncing, "waiting for first events", now)
+	}
+	if eventsEnabled && c.cfg.RegisteredOnly && !w.synced && !w.needResync {
+		// Its earlier events were ignored: start from a snapshot.
+		w.lastSeen = now
+		c.startResyncLocked(w, nil, "registered; fetching a snapshot", now)
+	}
+}
+
+// ExpectEpoch tells the consumer the registry's epoch for worker. A newer
+// epoch than the one in sync means the worker restarted: resynchronise
+// rather than trust an index built from the dead run.
+func (c *Consumer) ExpectEpoch(workerID string, epoch uint64) {
+	c.mu.RLock()
+	w := c.workers[workerID]
+	c.mu.RUnlock()
+	if w == nil || epoch == 0 {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.synced && epoch > w.epoch && !w.needResync {
+		c.startResyncLocked(w, nil, fmt.Sprintf("registry shows epoch %d, events in sync at epoch %d (worker restarted)", epoch, w.epoch), now)
 	}
 }
 

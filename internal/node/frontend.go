@@ -129,7 +129,10 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	if f.gate, err = gate.New(gate.Config{Mode: mode, Margin: cfg.Margin, TTFTSLO: cfg.TTFTSLO, ITLSLO: cfg.ITLSLO, ProbeBytes: cfg.ProbeBytes, Registerer: cfg.Registry}); err != nil {
 		return nil, err
 	}
-	if f.consumer, err = kvevents.NewConsumer(kvevents.ConsumerConfig{NC: cfg.NC, Subjects: cfg.Subjects, Index: f.index, SilenceAfter: cfg.SilenceAfter, Logger: f.log}); err != nil {
+	if f.consumer, err = kvevents.NewConsumer(kvevents.ConsumerConfig{
+		NC: cfg.NC, Subjects: cfg.Subjects, Index: f.index, SilenceAfter: cfg.SilenceAfter, Logger: f.log,
+		RegisteredOnly: true, // a refused worker's events must never reach the index
+	}); err != nil {
 		return nil, err
 	}
 	if err = f.consumer.Register(cfg.Registry); err != nil {
@@ -265,6 +268,7 @@ func (f *Frontend) onChange(c bus.Change) {
 	switch c.Kind {
 	case bus.WorkerAdded, bus.WorkerUpdated:
 		f.consumer.SetExpected(id, c.Worker.KVEventsEnabled)
+		f.consumer.ExpectEpoch(id, c.Worker.Epoch)
 		f.probeNewLinks()
 	case bus.WorkerRemoved, bus.WorkerRefused:
 		f.consumer.Forget(id)
