@@ -37,14 +37,21 @@ type workerLoad struct {
 	tracked  Load
 	reported Load
 	at       time.Time // when the report arrived; zero: none
-	// finishedAt is when a request tracked here last finished. A report
-	// that arrived before it (plus reportGrace for the report's transit)
-	// still counts that request, so it is ignored until the next one:
+	// finished lists requests tracked here that finished recently. A
+	// report still counts those that finished after it was taken (up to
+	// reportGrace before it arrived), so their load is subtracted from it:
 	// otherwise a worker that just finished a long prompt looks busy for a
-	// whole report TTL, and sequential repeated-prefix traffic is sent
-	// away from the cache that holds it (seen in the e2e routing table: 59
-	// of 60 hits instead of 60).
-	finishedAt time.Time
+	// whole report TTL and sequential repeated-prefix traffic is sent away
+	// from the cache that holds it (seen in the e2e routing table: 59 of
+	// 60 hits). Subtracting rather than discarding the report keeps the
+	// load other frontends put on the worker visible under steady traffic.
+	finished []finishedReq
+}
+
+type finishedReq struct {
+	at       time.Time
+	queued   int // prefill blocks it still had queued when it finished
+	decoding int // decode blocks it held
 }
 
 // reportGrace bounds how long a load report takes from the worker to the
@@ -111,7 +118,21 @@ func (t *tracker) finished(worker, requestID string) {
 		w.tracked.QueuedPrefillBlocks -= r.blocks
 	}
 	w.tracked.InFlight--
-	w.finishedAt = t.now()
+	now := t.now()
+	f := finishedReq{at: now}
+	if r.decoding {
+		f.decoding = r.blocks
+	} else {
+		f.queued = r.blocks
+	}
+	// Keep only what a fresh report could still count.
+	keep := w.finished[:0]
+	for _, old := range w.finished {
+		if now.Sub(old.at) <= t.reportTTL+reportGrace {
+			keep = append(keep, old)
+		}
+	}
+	w.finished = append(keep, f)
 }
 
 func (t *tracker) observe(worker string, r LoadReport, now time.Time) {
@@ -137,10 +158,18 @@ func (t *tracker) fill(ws []Worker, now time.Time) {
 			continue
 		}
 		l := w.tracked
-		if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL && w.at.After(w.finishedAt.Add(reportGrace)) {
-			l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, w.reported.QueuedPrefillBlocks)
-			l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, w.reported.ActiveDecodeBlocks)
-			l.InFlight = max(l.InFlight, w.reported.InFlight)
+		if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
+			rep := w.reported
+			for _, f := range w.finished {
+				if f.at.After(w.at.Add(-reportGrace)) {
+					rep.QueuedPrefillBlocks -= f.queued
+					rep.ActiveDecodeBlocks -= f.decoding
+					rep.InFlight--
+				}
+			}
+			l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, rep.QueuedPrefillBlocks)
+			l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, rep.ActiveDecodeBlocks)
+			l.InFlight = max(l.InFlight, rep.InFlight)
 		}
 		ws[i].Load = l
 	}

@@ -28,3 +28,19 @@ func TestReportBeforeFinishIgnored(t *testing.T) {
 		t.Errorf("fresh report after finish: active decode blocks = %d, want 40", got)
 	}
 }
+
+// TestReportKeepsOtherLoadAfterLocalFinish: a local finish removes only its
+// own share from a report; load the report saw from elsewhere stays.
+func TestReportKeepsOtherLoadAfterLocalFinish(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr := newTracker(time.Second, func() time.Time { return now })
+	tr.started("w", "mine", 10)
+	tr.observe("w", LoadReport{QueuedPrefillBlocks: 1000, Waiting: 5}, now) // 990 from other frontends
+	now = now.Add(10 * time.Millisecond)
+	tr.finished("w", "mine")
+	ws := []Worker{{ID: "w"}}
+	tr.fill(ws, now)
+	if got := ws[0].Load.QueuedPrefillBlocks; got != 990 {
+		t.Errorf("queued prefill blocks = %d, want 990 (the report minus the finished local request)", got)
+	}
+}
