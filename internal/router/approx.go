@@ -34,17 +34,37 @@ type ringEntry struct {
 	seq  uint64
 }
 
+// approxInitialRing is the ring's starting size. The ring and the map grow
+// with use up to their bounds instead of being allocated whole: at the
+// default capacity (1 Mi hashes) an up-front allocation cost every frontend
+// tens of MB before it routed a request.
+const approxInitialRing = 1024
+
 func newApprox(ttl time.Duration, capacity int) *approx {
 	return &approx{
 		ttl:      ttl,
 		capacity: capacity,
-		m:        make(map[uint64]approxEntry, capacity),
-		ring:     make([]ringEntry, 2*capacity),
+		m:        make(map[uint64]approxEntry),
+		ring:     make([]ringEntry, min(approxInitialRing, 2*capacity)),
 	}
 }
 
+// grow doubles the ring, at most to twice the capacity, keeping its order.
+// Called with mu held.
+func (a *approx) grow() bool {
+	if len(a.ring) >= 2*a.capacity {
+		return false
+	}
+	nr := make([]ringEntry, min(2*len(a.ring), 2*a.capacity))
+	for i := 0; i < a.size; i++ {
+		nr[i] = a.ring[(a.head+i)%len(a.ring)]
+	}
+	a.ring, a.head = nr, 0
+	return true
+}
+
 // record notes that worker was sent the blocks hashes at now. Allocation-free
-// once the map has grown to capacity.
+// once the map and ring have grown to capacity.
 func (a *approx) record(worker string, hashes []uint64, now time.Time) {
 	at := now.UnixNano()
 	a.mu.Lock()
@@ -52,7 +72,7 @@ func (a *approx) record(worker string, hashes []uint64, now time.Time) {
 	for _, h := range hashes {
 		a.seq++
 		a.m[h] = approxEntry{worker: worker, at: at, seq: a.seq}
-		if a.size == len(a.ring) {
+		if a.size == len(a.ring) && !a.grow() {
 			a.evictOne()
 		}
 		a.ring[(a.head+a.size)%len(a.ring)] = ringEntry{hash: h, seq: a.seq}
