@@ -17,9 +17,10 @@ unit:
 	$(GO) test -count=1 ./...
 
 # The end-to-end tests drive the real binary and use the official openai npm
-# client, installed here from the npm registry.
+# client, installed here from the npm registry at the versions the committed
+# lockfile pins (npm ci: reproducible, and it never rewrites the lockfile).
 e2e-deps:
-	@if [ -d test/e2e/client ]; then cd test/e2e/client && npm install --no-audit --no-fund --loglevel=error; fi
+	@if [ -d test/e2e/client ]; then cd test/e2e/client && npm ci --no-audit --no-fund --loglevel=error; fi
 
 e2e: build e2e-deps
 	SWITCHYARD_BIN=$(CURDIR)/bin/switchyard $(GO) test -count=1 -tags e2e -timeout 15m ./test/e2e/...

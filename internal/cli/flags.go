@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -87,9 +88,67 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.Float64Var(&c.Margin, "disagg-margin", 0.1, "auto: remote prefill must be predicted this fraction faster than local")
 	fs.DurationVar(&c.TTFTSLO, "ttft-slo", 2*time.Second, "time-to-first-token target (disaggregation gate)")
 	fs.DurationVar(&c.ITLSLO, "itl-slo", 100*time.Millisecond, "inter-token latency target (disaggregation gate)")
-	fs.StringVar(&c.APIKey, "api-key", "", "require this bearer token on /v1/*")
-	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* (default: --api-key; with neither, admin is loopback-only)")
+	fs.StringVar(&c.APIKey, "api-key", "", "require this bearer token on /v1/* (default: $"+envAPIKey+"; prefer the variable: a flag shows in ps)")
+	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* (default: $"+envAdminKey+", else --api-key; with neither, admin is loopback-only)")
+	fs.DurationVar(&c.HeaderTimeout, "header-timeout", 60*time.Second, "streaming requests: longest wait for a worker's response headers (never retried after it)")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Minute, "longest upstream exchange; also bounds a non-streaming generation")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted; larger gets 413")
 	fs.DurationVar(&c.SilenceAfter, "kv-silence-after", 0, "mark a worker's KV events silent after this long without a batch (0: 2.5 s)")
+}
+
+// Environment variables the key flags default to, so keys stay out of the
+// process list.
+const (
+	envAPIKey   = "SWITCHYARD_API_KEY"
+	envAdminKey = "SWITCHYARD_ADMIN_KEY"
+)
+
+// checkFrontendConfig fills keys not given as flags from the environment
+// (getenv is os.Getenv outside tests) and rejects non-positive limits.
+func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) error {
+	if c.APIKey == "" {
+		c.APIKey = getenv(envAPIKey)
+	}
+	if c.AdminKey == "" {
+		c.AdminKey = getenv(envAdminKey)
+	}
+	switch {
+	case c.HeaderTimeout <= 0:
+		return fmt.Errorf("--header-timeout %v must be positive", c.HeaderTimeout)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("--request-timeout %v must be positive", c.RequestTimeout)
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("--max-body-bytes %d must be positive", c.MaxBodyBytes)
+	}
+	return nil
+}
+
+// adminExposed reports whether admin endpoints would be reachable beyond
+// this host's loopback: no key is set and addr listens on a non-loopback
+// address. The frontend then admits admin requests from loopback clients
+// only, which a reverse proxy on the same host turns into everyone.
+func adminExposed(c *node.FrontendConfig) bool {
+	if c.APIKey != "" || c.AdminKey != "" {
+		return false
+	}
+	host, _, err := net.SplitHostPort(c.HTTPAddr)
+	if err != nil {
+		host = c.HTTPAddr
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
+
+// warnAdminExposed logs the warning adminExposed calls for.
+func warnAdminExposed(log *slog.Logger, c *node.FrontendConfig) {
+	if adminExposed(c) {
+		log.Warn("no --api-key or --admin-key (nor $"+envAPIKey+", $"+envAdminKey+") while listening beyond loopback: "+
+			"admin endpoints accept only loopback clients, and a reverse proxy on this host would make them open to everyone; set --admin-key",
+			"http_addr", c.HTTPAddr)
+	}
 }
 
 // newLogger logs text lines to w at the given level.

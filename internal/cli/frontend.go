@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,10 @@ func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return f, code
+	}
+	if err := checkFrontendConfig(&f.node, os.Getenv); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
+		return f, ExitUsage
 	}
 	f.node.LinkLabel = f.linkLabel
 	return f, -1
@@ -91,6 +96,7 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 	}
 	cfg := f.node
 	cfg.Logger = log
+	warnAdminExposed(log, &cfg)
 	if cfg.Subjects, err = bus.NewSubjects(f.bus.namespace); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: --namespace: %v\n", err)
 		return ExitUsage

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
@@ -61,6 +62,9 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	if u.linkRate != "" && u.prefillWorkers == 0 {
 		return bad("--link-rate needs --prefill-workers > 0: it emulates the prefill → decode link")
 	}
+	if err := checkFrontendConfig(&u.frontend, os.Getenv); err != nil {
+		return bad("%v", err)
+	}
 	return u, -1
 }
 
@@ -77,6 +81,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	if err != nil {
 		return fail(ExitUsage, err)
 	}
+	warnAdminExposed(log, &u.frontend)
 	rate, err := parseLinkRate(u.linkRate)
 	if err != nil {
 		return fail(ExitUsage, err)

@@ -27,12 +27,15 @@ type Config struct {
 	MaxBodyBytes int64 // request body limit; default 8 MiB
 
 	ConnectTimeout time.Duration // dial to a worker; default 2 s
-	// HeaderTimeout bounds the wait for a worker's response headers. A
-	// non-streaming worker sends headers only when generation is done, so
-	// this also bounds a non-streaming generation. Default 60 s.
-	HeaderTimeout  time.Duration
-	IdleTimeout    time.Duration // longest gap between body chunks; default 30 s
-	RequestTimeout time.Duration // whole upstream exchange; default 10 min
+	// HeaderTimeout bounds a streaming request's wait for the worker's
+	// response headers. A non-streaming worker sends headers only when
+	// generation is done, so a non-streaming request's wait is bounded by
+	// RequestTimeout alone. Default 60 s.
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration // longest gap between body chunks; default 30 s
+	// RequestTimeout bounds the whole upstream exchange, remote prefill
+	// included, and so a non-streaming generation. Default 10 min.
+	RequestTimeout time.Duration
 
 	// DisaggMode is the initial disaggregation mode: never, always or auto
 	// (default); always and auto both ask the gate, passing the mode in

@@ -148,15 +148,17 @@ type GateDecision struct {
 }
 
 // Observation is what the frontend measured for a gated request, sent after
-// the request completes. Transfer is zero when not known.
+// the request completes. TTFT is zero when not measured (a non-streaming
+// answer); KVBytes and Transfer are what the decode worker reported pulling
+// (headers x-kv-pulled-bytes and x-kv-pull-ms), zero when not known.
 type Observation struct {
 	RequestID string
 	Remote    bool
 	Predicted time.Duration // the prediction for the path taken
 	TTFT      time.Duration // measured at the frontend, from request arrival
 	From, To  string        // prefill and decode worker IDs (From is empty when local)
-	KVBytes   int64
-	Transfer  time.Duration
+	KVBytes   int64         // KV bytes the decode worker received
+	Transfer  time.Duration // how long the decode worker's pull took
 }
 
 // Gate decides where prefill runs.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -35,7 +36,8 @@ func TestDisaggRemotePrefill(t *testing.T) {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
 	for k, want := range map[string]string{HeaderWorker: "w-d", HeaderPrefill: "remote", HeaderDisaggReason: g.decision.Reason,
-		HeaderPredictedTTFT: "40.000", HeaderKVBytes: "3670016"} {
+		HeaderPredictedTTFT: "40.000", HeaderKVBytes: fmt.Sprint(fakePulledBytes), HeaderKVPullMS: fakePullMS,
+		HeaderKVBytesPredicted: "3670016"} {
 		if got := resp.Header.Get(k); got != want {
 			t.Errorf("header %s = %q, want %q", k, got, want)
 		}
@@ -94,7 +96,8 @@ func TestDisaggRemotePrefill(t *testing.T) {
 		t.Fatalf("gate observations = %d, want 1", len(g.observed))
 	}
 	o := g.observed[0]
-	if !o.Remote || o.From != "w-p" || o.To != "w-d" || o.Predicted != 40*time.Millisecond || o.TTFT <= 0 || o.KVBytes != 3670016 {
+	if !o.Remote || o.From != "w-p" || o.To != "w-d" || o.Predicted != 40*time.Millisecond || o.TTFT <= 0 ||
+		o.KVBytes != fakePulledBytes || o.Transfer != 12500*time.Microsecond {
 		t.Errorf("observation = %+v", o)
 	}
 }

@@ -43,11 +43,25 @@
 // "link": {"bytes_per_sec", "rtt_ms", "measured", "emulated"}}, from
 // Deps.Predictor with empty queues and nothing cached.
 //
+// Every response carries x-request-id: the client's, when it sent a usable
+// one (printable ASCII, at most 128 bytes), else one the frontend made up;
+// it is forwarded to workers too. Unknown paths get a 404 and wrong methods
+// a 405 (with Allow), both in the OpenAI error envelope.
+//
 // Every proxied response carries x-switchyard-worker, x-switchyard-overlap-tokens
 // and x-switchyard-policy; when the disaggregation gate was consulted it also
 // carries x-switchyard-disagg-mode (always|auto), x-switchyard-prefill
-// (local|remote), x-switchyard-disagg-reason, x-switchyard-predicted-ttft-ms
-// and x-switchyard-kv-bytes.
+// (local|remote), x-switchyard-disagg-reason, x-switchyard-predicted-ttft-ms,
+// x-switchyard-kv-bytes-predicted (the gate's estimate) and
+// x-switchyard-kv-bytes: 0 for a local prefill, and for a remote one the KV
+// bytes the decode worker reports it received (its x-kv-pulled-bytes
+// header), with x-switchyard-kv-pull-ms (its x-kv-pull-ms); absent when the
+// worker does not report its pulls. The measured transfer also goes to the
+// gate in the Observation, so link estimates learn from real transfers.
+//
+// Chat messages may carry content as a string or as an array of text parts
+// (joined with newlines); other part types are rejected with 400, as are
+// temperature outside [0, 2] and top_p outside (0, 1].
 //
 // # Authentication
 //
@@ -82,19 +96,41 @@
 //
 // # Failures
 //
-// A worker that fails before the first byte of its answer (connection
-// refused, 5xx status, timeout to headers, connection dropped before any body
-// byte) is retried once on another worker chosen by the router without the
-// failed one. A failed remote prefill falls back to local prefill on the
-// decode worker; a decode worker that fails after a successful remote
-// prefill is retried on another worker with the original body, prefilling
-// locally (P's kv_transfer_params are meant for the failed worker). Both
-// count in switchyard_prefill_fallbacks_total. The gate does not learn from
-// a retried request: its TTFT includes the failed attempt. A failure after bytes reached the client ends an SSE stream
-// with data: {"error":{...}} and data: [DONE]; a non-streaming request gets an
-// OpenAI-shaped 502. Every upstream call is bounded by a connect timeout, a
-// header timeout, an idle-between-chunks timeout and an overall request
-// timeout; the client's disconnect cancels the upstream request.
+// A request is retried once, on another worker chosen by the router without
+// the failed one, only when the failed worker cannot be working on it: the
+// connection failed before any response (refused, reset, closed), the worker
+// answered 5xx, or it sent stream headers and dropped the connection before
+// any body byte. A timeout is never retried: the worker may still be
+// generating, and a retry would run the request twice. It is a 504 (or, once
+// a stream has started, an error event) counted as kind timeout (header or
+// request timeout) or upstream_idle_timeout. A worker's 4xx is relayed as it
+// is and counted as worker_4xx. Each failed attempt counts once in
+// switchyard_errors_total.
+//
+// A failed remote prefill falls back to local prefill on the decode worker;
+// a decode worker that fails after a successful remote prefill is retried on
+// another worker with the original body, prefilling locally (P's
+// kv_transfer_params are meant for the failed worker). Both count in
+// switchyard_prefill_fallbacks_total. The gate does not learn from a retried
+// request: its TTFT includes the failed attempt. A failure after bytes
+// reached the client ends an SSE stream with data: {"error":{...}} and
+// data: [DONE]; a non-streaming request gets an OpenAI-shaped 502.
+//
+// Every upstream call is bounded by a connect timeout, an idle-between-chunks
+// timeout and an overall request timeout (RequestTimeout); a streaming
+// request's wait for response headers is also bounded by HeaderTimeout. A
+// non-streaming request's is not: its worker sends headers only when the
+// whole generation is done, which RequestTimeout bounds. The client's
+// disconnect cancels the upstream request.
+//
+// # Metrics
+//
+// switchyard_requests_total{endpoint,code}, switchyard_request_duration_seconds{endpoint}
+// (every request; endpoint is chat, completions, the path of other routes,
+// or unmatched), switchyard_ttft_seconds, switchyard_itl_seconds,
+// switchyard_errors_total{kind}, switchyard_retries_total,
+// switchyard_prefill_fallbacks_total, switchyard_prompt_tokens_total and
+// switchyard_cache_hit_tokens_total.
 //
 // # Concurrency
 //

@@ -24,7 +24,6 @@ func TestRetryOnceBeforeFirstByte(t *testing.T) {
 	}{
 		{"connection refused", func(fw *fakeWorker) { fw.srv.Close() }, errKindUpstreamConn, true},
 		{"5xx", func(fw *fakeWorker) { fw.setMode(mode500) }, errKindUpstreamStatus, false},
-		{"timeout to headers", func(fw *fakeWorker) { fw.setMode(modeHangHeaders) }, errKindUpstreamConn, true},
 		{"dropped before any body byte", func(fw *fakeWorker) { fw.setMode(modeHeadersThenDie) }, errKindUpstreamStream, true},
 	}
 	for _, tc := range tests {
@@ -143,14 +142,118 @@ func TestClientDisconnectCancelsWorker(t *testing.T) {
 	})
 }
 
-func TestNonStreamingWorkerFailureIs502(t *testing.T) {
+// errorsTotal sums switchyard_errors_total over every kind.
+func errorsTotal(t testing.TB, h *harness) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == "switchyard_errors_total" {
+			for _, m := range mf.GetMetric() {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// TestEachFailureCountedOnce: two failed attempts are two errors, not three
+// (the 502 the client gets is the second failure, not a third).
+func TestEachFailureCountedOnce(t *testing.T) {
 	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
-	h := newHarness(t, Config{HeaderTimeout: 300 * time.Millisecond}, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))
+	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))
 	a.setMode(mode500)
-	b.setMode(modeHangHeaders)
+	b.setMode(mode500)
 	resp, body := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x"}`)
 	if e := decodeError(t, body); resp.StatusCode != 502 || e.Code != 502 || e.Type != openai.TypeServer {
 		t.Errorf("status %d error %+v", resp.StatusCode, e)
+	}
+	if got := value(t, h.s.m.errors.WithLabelValues(errKindUpstreamStatus)); got != 2 {
+		t.Errorf("errors{upstream_status} = %v, want 2", got)
+	}
+	if got := errorsTotal(t, h); got != 2 {
+		t.Errorf("errors total = %v, want 2", got)
+	}
+}
+
+// TestTimeoutIsNotRetried: a worker that timed out may still be generating;
+// sending the request elsewhere would run it twice. The timeout is one
+// error of kind timeout and a 504.
+func TestTimeoutIsNotRetried(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		body string
+	}{
+		{"streaming, header timeout", Config{HeaderTimeout: 300 * time.Millisecond}, streamBody},
+		{"non-streaming, request timeout", Config{HeaderTimeout: 100 * time.Millisecond, RequestTimeout: 400 * time.Millisecond},
+			`{"model":"qwen3-0.6b","prompt":"hello there"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
+			h := newHarness(t, tc.cfg, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))
+			a.setMode(modeHangHeaders)
+			resp, body := h.do(t, "POST", "/v1/completions", tc.body)
+			if e := decodeError(t, body); resp.StatusCode != http.StatusGatewayTimeout || e.Type != openai.TypeServer || !strings.Contains(e.Message, "w-a") {
+				t.Errorf("status %d error %+v, want 504 naming w-a", resp.StatusCode, e)
+			}
+			if n := len(b.received()); n != 0 {
+				t.Errorf("timed-out request was retried on w-b (%d requests)", n)
+			}
+			if got := value(t, h.s.m.retries); got != 0 {
+				t.Errorf("retries = %v, want 0", got)
+			}
+			if got := value(t, h.s.m.errors.WithLabelValues(errKindTimeout)); got != 1 {
+				t.Errorf("errors{timeout} = %v, want 1", got)
+			}
+			if got := errorsTotal(t, h); got != 1 {
+				t.Errorf("errors total = %v, want 1", got)
+			}
+		})
+	}
+}
+
+// TestNonStreamingOutlivesHeaderTimeout: a non-streaming worker sends its
+// headers only when generation is done, so HeaderTimeout must not cut it.
+func TestNonStreamingOutlivesHeaderTimeout(t *testing.T) {
+	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
+	h := newHarness(t, Config{HeaderTimeout: 100 * time.Millisecond}, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))
+	a.setMode(modeSlow) // answers after 600 ms, six header timeouts
+	resp, body := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x"}`)
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != "w-a" {
+		t.Fatalf("status %d worker %q: %s", resp.StatusCode, resp.Header.Get(HeaderWorker), body)
+	}
+	if n := len(b.received()); n != 0 {
+		t.Errorf("w-b got %d requests, want 0", n)
+	}
+	if got := errorsTotal(t, h); got != 0 {
+		t.Errorf("errors total = %v, want 0", got)
+	}
+}
+
+// TestWorker4xxRelayedAndCounted: a worker's 4xx reaches the client as it
+// is, is not retried and counts as worker_4xx.
+func TestWorker4xxRelayedAndCounted(t *testing.T) {
+	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
+	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))
+	a.setMode(mode400)
+	resp, body := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x"}`)
+	e := decodeError(t, body)
+	if resp.StatusCode != 400 || e.Message != "fake worker: prompt too long" || e.Param == nil || *e.Param != "prompt" {
+		t.Errorf("status %d error %+v, want the worker's 400", resp.StatusCode, e)
+	}
+	if n := len(b.received()); n != 0 {
+		t.Errorf("4xx was retried on w-b")
+	}
+	if got := value(t, h.s.m.errors.WithLabelValues(errKindWorker4xx)); got != 1 {
+		t.Errorf("errors{worker_4xx} = %v, want 1", got)
+	}
+	if got := errorsTotal(t, h); got != 1 {
+		t.Errorf("errors total = %v, want 1", got)
 	}
 }
 

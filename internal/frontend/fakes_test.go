@@ -30,6 +30,17 @@ const (
 	modeHeadersThenDie = "headers-then-die" // 200 + SSE headers, then the connection drops
 	modeDieMidStream   = "die-mid-stream"   // two tokens, then the connection drops
 	modeStallMidStream = "stall-mid-stream" // two tokens, then silence until the request is cancelled
+	modeSlow           = "slow"             // answers after fakeSlowDelay, as a long non-streaming generation does
+	mode400            = "400"              // rejects the request with 400
+)
+
+// fakeSlowDelay is how long a modeSlow worker takes to answer.
+const fakeSlowDelay = 600 * time.Millisecond
+
+// What a fake decode worker reports pulling for a remote prefill.
+const (
+	fakePulledBytes = 2097152
+	fakePullMS      = "12.500"
 )
 
 // fakeWorker is an OpenAI-compatible worker over real HTTP that streams SSE
@@ -100,6 +111,15 @@ func (fw *fakeWorker) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 	case mode500:
 		openai.WriteError(w, http.StatusInternalServerError, openai.TypeServer, "", "fake worker: boom")
 		return
+	case mode400:
+		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "prompt", "fake worker: prompt too long")
+		return
+	case modeSlow:
+		select {
+		case <-time.After(fakeSlowDelay):
+		case <-r.Context().Done():
+			return
+		}
 	case modeHangHeaders:
 		<-r.Context().Done()
 		return
@@ -118,6 +138,10 @@ func (fw *fakeWorker) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 			KVTransferParams: map[string]any{"do_remote_prefill": true, "do_remote_decode": false,
 				"remote_engine_id": fw.id, "remote_block_ids": []int{7, 8, 9}, "remote_host": "10.0.0.1"}})
 		return
+	}
+	if req.KVTransferParams != nil && req.KVTransferParams["do_remote_prefill"] == true {
+		w.Header().Set(workerHeaderPulledBytes, fmt.Sprint(fakePulledBytes))
+		w.Header().Set(workerHeaderPullMS, fakePullMS)
 	}
 	if !req.Stream {
 		if chat {

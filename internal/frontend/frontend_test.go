@@ -153,6 +153,11 @@ func TestValidation(t *testing.T) {
 		{"zero max_tokens", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":0}`, 400, "max_tokens"},
 		{"negative max_completion_tokens", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"x"}],"max_completion_tokens":-1}`, 400, "max_completion_tokens"},
 		{"stream_options without stream", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","stream_options":{"include_usage":true}}`, 400, "stream_options"},
+		{"temperature above 2", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","temperature":2.5}`, 400, "temperature"},
+		{"negative temperature", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","temperature":-0.1}`, 400, "temperature"},
+		{"top_p zero", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","top_p":0}`, 400, "top_p"},
+		{"top_p above 1", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"x"}],"top_p":1.5}`, 400, "top_p"},
+		{"image content part", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}]}`, 400, "messages"},
 		{"body too large", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"` + strings.Repeat("x", 2000) + `"}`, 413, ""},
 	}
 	for _, tc := range tests {

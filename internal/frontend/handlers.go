@@ -23,7 +23,39 @@ type route struct {
 	mode    string // the disaggregation mode in force, when gated
 	gate    GateDecision
 	prefill Worker // the prefill worker, when gate.Remote
-	kvBytes int64  // bytes moved, when the remote prefill succeeded
+
+	// kvMeasured says the decode worker reported its KV pull: kvBytes
+	// arrived in pull (headers x-kv-pulled-bytes, x-kv-pull-ms). A worker
+	// that does not report them leaves the bytes moved unknown.
+	kvMeasured bool
+	kvBytes    int64
+	pull       time.Duration
+}
+
+// Headers a decode worker answers with when it pulled a remote prefill's
+// KV blocks before scheduling the request: what it received and verified,
+// and how long that took.
+const (
+	workerHeaderPulledBytes = "x-kv-pulled-bytes"
+	workerHeaderPullMS      = "x-kv-pull-ms"
+)
+
+// measureTransfer records the KV pull the decode worker reports in h, for
+// a request it was sent with a remote prefill's kv_transfer_params.
+func (rt *route) measureTransfer(h http.Header) {
+	rt.kvMeasured, rt.kvBytes, rt.pull = false, 0, 0
+	if !rt.gated || !rt.gate.Remote {
+		return
+	}
+	n, err := strconv.ParseInt(h.Get(workerHeaderPulledBytes), 10, 64)
+	if err != nil || n < 0 {
+		return
+	}
+	ms, err := strconv.ParseFloat(h.Get(workerHeaderPullMS), 64)
+	if err != nil || ms < 0 {
+		return
+	}
+	rt.kvMeasured, rt.kvBytes, rt.pull = true, n, time.Duration(ms*float64(time.Millisecond))
 }
 
 func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
@@ -53,10 +85,7 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			s.fail(w, aerr)
 			return
 		}
-		reqID := r.Header.Get(headerRequestID)
-		if reqID == "" {
-			reqID = s.newRequestID()
-		}
+		reqID := w.Header().Get(headerRequestID) // set by Handler before any route runs
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		if aerr := s.serve(ctx, w, r, ep, pr, reqID, pin, start); aerr != nil {
@@ -65,9 +94,12 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 	}
 }
 
-// fail writes an OpenAI error and counts it.
+// fail writes an OpenAI error and counts it, unless it was counted where
+// it happened.
 func (s *Server) fail(w http.ResponseWriter, e *apiError) {
-	s.m.errors.WithLabelValues(e.kind).Inc()
+	if !e.counted {
+		s.m.errors.WithLabelValues(e.kind).Inc()
+	}
 	openai.WriteError(w, e.status, e.typ, e.param, e.msg)
 }
 
@@ -108,6 +140,11 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 				s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
 				return nil
 			}
+			if ctx.Err() != nil {
+				// RequestTimeout spent on the prefill: nothing left for decode.
+				return &apiError{status: http.StatusGatewayTimeout, typ: openai.TypeServer, kind: errKindTimeout,
+					msg: fmt.Sprintf("frontend: remote prefill on %s not done within %v: %v", rt.prefill.ID, s.cfg.RequestTimeout, err)}
+			}
 			s.m.fallbacks.Inc()
 			s.m.errors.WithLabelValues(errKindPrefill).Inc()
 			s.log.Warn("remote prefill failed; prefilling locally", "request_id", reqID,
@@ -115,8 +152,6 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			rt.gate.Remote = false
 			rt.gate.Reason = "remote prefill failed, fell back to local: " + rt.gate.Reason
 			body = pr.body
-		} else {
-			rt.kvBytes = rt.gate.KVBytes
 		}
 	}
 
@@ -125,38 +160,41 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		if err == nil {
 			// A retried request's TTFT includes the failed attempt: it is
 			// no sample of the path taken, so the gate does not learn from it.
-			if rt.gated && s.deps.Gate != nil && res.ttft > 0 && attempt == 0 {
-				o := Observation{RequestID: reqID, Remote: rt.gate.Remote, TTFT: res.ttft, To: rt.target.ID, KVBytes: rt.kvBytes,
-					Predicted: rt.gate.PredictedLocal}
-				if rt.gate.Remote {
-					o.From, o.Predicted = rt.prefill.ID, rt.gate.PredictedRemote
-				}
-				s.deps.Gate.Observe(o)
+			// A non-streaming answer has no TTFT, but a measured KV
+			// transfer is still worth learning the link from.
+			if rt.gated && s.deps.Gate != nil && attempt == 0 && (res.ttft > 0 || rt.kvMeasured) {
+				s.deps.Gate.Observe(rt.observation(reqID, res.ttft))
 			}
 			return nil
 		}
 		var ue *upstreamError
 		if !errors.As(err, &ue) {
-			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer, msg: err.Error(), kind: errKindUpstreamConn}
+			ue = &upstreamError{worker: rt.target.ID, kind: errKindUpstreamConn, err: err}
 		}
 		if ue.clientGone {
 			s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
 			return nil
 		}
+		// Each failed attempt counts once, here; the error the client gets
+		// is not counted again.
 		s.m.errors.WithLabelValues(ue.kind).Inc()
-		s.log.Warn("worker failed before first byte", "request_id", reqID, "worker", rt.target.ID, "attempt", attempt, "err", err)
-		if attempt > 0 || pin != "" {
-			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer, msg: err.Error(), kind: ue.kind}
+		s.log.Warn("worker failed before first byte", "request_id", reqID, "worker", rt.target.ID, "attempt", attempt, "kind", ue.kind, "err", err)
+		final := &apiError{status: http.StatusBadGateway, typ: openai.TypeServer, msg: err.Error(), kind: ue.kind, counted: true}
+		if ue.kind == errKindTimeout {
+			final.status = http.StatusGatewayTimeout
+		}
+		if !ue.retry || attempt > 0 || pin != "" {
+			return final
 		}
 		rest := slices.DeleteFunc(slices.Clone(serving), func(wk Worker) bool { return wk.ID == rt.target.ID })
 		if len(rest) == 0 {
-			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer,
-				msg: err.Error() + " (no other worker to retry on)", kind: ue.kind}
+			final.msg += " (no other worker to retry on)"
+			return final
 		}
 		dec, perr := s.pick(ctx, pr, reqID, rest)
 		if perr != nil {
-			return &apiError{status: http.StatusBadGateway, typ: openai.TypeServer,
-				msg: fmt.Sprintf("%v; retry: %v", err, perr), kind: errKindRouter}
+			final.msg = fmt.Sprintf("%v; retry: %v", err, perr)
+			return final
 		}
 		s.m.retries.Inc()
 		i := slices.IndexFunc(rest, func(wk Worker) bool { return wk.ID == dec.WorkerID })
@@ -168,7 +206,6 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 				"prefill", rt.prefill.ID, "failed", rt.target.ID, "retry", dec.WorkerID)
 			rt.gate.Remote = false
 			rt.gate.Reason = fmt.Sprintf("decode worker %s failed after remote prefill, retried with local prefill: %s", rt.target.ID, rt.gate.Reason)
-			rt.kvBytes = 0
 			body = pr.body
 		}
 		rt.target, rt.overlap, rt.policy = rest[i], dec.OverlapBlocks, dec.Policy
@@ -300,5 +337,26 @@ func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
 	h.Set(HeaderPrefill, where)
 	h.Set(HeaderDisaggReason, rt.gate.Reason)
 	h.Set(HeaderPredictedTTFT, strconv.FormatFloat(float64(pred)/float64(time.Millisecond), 'f', 3, 64))
-	h.Set(HeaderKVBytes, strconv.FormatInt(rt.kvBytes, 10))
+	h.Set(HeaderKVBytesPredicted, strconv.FormatInt(rt.gate.KVBytes, 10))
+	switch {
+	case !rt.gate.Remote:
+		h.Set(HeaderKVBytes, "0") // prefilled locally: nothing moved
+	case rt.kvMeasured:
+		h.Set(HeaderKVBytes, strconv.FormatInt(rt.kvBytes, 10))
+		h.Set(HeaderKVPullMS, strconv.FormatFloat(float64(rt.pull)/float64(time.Millisecond), 'f', 3, 64))
+	}
+}
+
+// observation is what the gate learns from a completed gated request: the
+// TTFT of the path taken and, for a remote prefill, the transfer the
+// decode worker measured.
+func (rt *route) observation(reqID string, ttft time.Duration) Observation {
+	o := Observation{RequestID: reqID, Remote: rt.gate.Remote, TTFT: ttft, To: rt.target.ID, Predicted: rt.gate.PredictedLocal}
+	if rt.gate.Remote {
+		o.From, o.Predicted = rt.prefill.ID, rt.gate.PredictedRemote
+		if rt.kvMeasured {
+			o.KVBytes, o.Transfer = rt.kvBytes, rt.pull
+		}
+	}
+	return o
 }

@@ -16,6 +16,8 @@ const (
 	errKindUpstreamStatus = "upstream_status"
 	errKindUpstreamStream = "upstream_stream"
 	errKindUpstreamIdle   = "upstream_idle_timeout"
+	errKindTimeout        = "timeout" // header or request timeout; never retried
+	errKindWorker4xx      = "worker_4xx"
 	errKindClientCanceled = "client_canceled"
 	errKindPrefill        = "prefill_failed"
 	errKindProbe          = "probe_failed"
@@ -25,7 +27,8 @@ const (
 // metrics are every collector the frontend defines. Router, event and gate
 // metrics belong to their packages and share the registry.
 type metrics struct {
-	requests   *prometheus.CounterVec // endpoint, code
+	requests   *prometheus.CounterVec   // endpoint, code
+	duration   *prometheus.HistogramVec // endpoint
 	ttft       prometheus.Histogram
 	itl        prometheus.Histogram
 	cacheHit   prometheus.Counter
@@ -41,6 +44,13 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "switchyard_requests_total",
 			Help: "Requests served by the frontend, by endpoint and HTTP status code.",
 		}, []string{"endpoint", "code"}),
+		// From a sub-millisecond /health to a completion streaming for
+		// minutes.
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchyard_request_duration_seconds",
+			Help:    "Time from request arrival to the end of the response, by endpoint (unmatched for unknown paths and methods).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
+		}, []string{"endpoint"}),
 		// TTFT spans 10 ms (cached, short prompt) to minutes (the field
 		// report's 3.4 s KV move, queued long prompts).
 		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -75,7 +85,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Help: "Remote prefills that failed and fell back to local prefill on the decode worker.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("frontend: register metrics: %w", err)
 		}

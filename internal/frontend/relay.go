@@ -21,11 +21,16 @@ import (
 // 128k tokens of JSON is far below it.
 const maxResponseBytes = 64 << 20
 
-// upstreamError is a worker failure before any byte reached the client, so
-// the request may be retried elsewhere.
+// upstreamError is a worker failure before any byte reached the client.
+// retry says whether the request may go to another worker: only when the
+// worker cannot be working on it (the connection failed before any
+// response, or it answered 5xx or dropped the connection before any body
+// byte). After a timeout the worker may still be generating, so a retry
+// would run the request twice.
 type upstreamError struct {
 	worker     string
 	kind       string
+	retry      bool
 	clientGone bool
 	err        error
 }
@@ -46,15 +51,21 @@ type forwardResult struct {
 var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 // forward sends body to rt.target and relays the answer to w. It returns an
-// *upstreamError if the worker failed before anything was written to w;
-// any other error also means nothing was written.
+// *upstreamError, and has written nothing to w, if the worker failed before
+// anything could be relayed; a failure after that is reported to the client
+// in the stream and forward returns nil.
+//
+// The wait for response headers is bounded by HeaderTimeout for a
+// streaming request and only by ctx (RequestTimeout) otherwise: a worker
+// answering a non-streaming request sends its headers when generation is
+// done.
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint, pr *parsedRequest, body []byte, reqID string, rt *route, start time.Time) (forwardResult, error) {
 	wk := rt.target
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
-	var idleFired atomic.Bool
+	var idleFired, headerFired atomic.Bool
 	idle := time.AfterFunc(s.cfg.IdleTimeout, func() { idleFired.Store(true); acancel() })
-	idle.Stop() // armed once headers arrive; the transport bounds the wait for them
+	idle.Stop() // armed once headers arrive
 	defer idle.Stop()
 
 	if s.deps.InFlight != nil {
@@ -65,33 +76,52 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	ctr.Add(1)
 	defer ctr.Add(-1)
 
-	classify := func(err error, kind string) *upstreamError {
-		ue := &upstreamError{worker: wk.ID, kind: kind, err: err}
+	// classify names a failure; retry applies only if no timeout caused it.
+	classify := func(err error, kind string, retry bool) *upstreamError {
+		ue := &upstreamError{worker: wk.ID, kind: kind, retry: retry, err: err}
 		switch {
 		case r.Context().Err() != nil:
-			ue.clientGone = true
+			ue.clientGone, ue.retry = true, false
 		case idleFired.Load():
-			ue.kind = errKindUpstreamIdle
+			ue.kind, ue.retry = errKindUpstreamIdle, false
 			ue.err = fmt.Errorf("no data for %v: %w", s.cfg.IdleTimeout, err)
+		case headerFired.Load():
+			ue.kind, ue.retry = errKindTimeout, false
+			ue.err = fmt.Errorf("no response headers within %v: %w", s.cfg.HeaderTimeout, err)
+		case ctx.Err() != nil:
+			ue.kind, ue.retry = errKindTimeout, false
+			ue.err = fmt.Errorf("request not done within %v: %w", s.cfg.RequestTimeout, err)
 		}
 		return ue
 	}
 
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.URL+ep.path, bytes.NewReader(body))
 	if err != nil {
-		return forwardResult{}, classify(err, errKindUpstreamConn)
+		return forwardResult{}, classify(err, errKindUpstreamConn, false)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(headerRequestID, reqID)
+	var hdr *time.Timer
+	if pr.req.Stream {
+		hdr = time.AfterFunc(s.cfg.HeaderTimeout, func() { headerFired.Store(true); acancel() })
+	}
 	resp, err := s.client.Do(req)
+	if hdr != nil && !hdr.Stop() && err == nil {
+		// Headers came just as the timer fired: the request is cancelled.
+		resp.Body.Close()
+		err = context.Canceled
+	}
 	if err != nil {
-		return forwardResult{}, classify(err, errKindUpstreamConn)
+		// A transport error before any response: connection refused, reset
+		// or closed. The worker has no answer under way.
+		return forwardResult{}, classify(err, errKindUpstreamConn, true)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 500 {
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return forwardResult{}, classify(fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(snippet)), errKindUpstreamStatus)
+		return forwardResult{}, classify(fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(snippet)), errKindUpstreamStatus, true)
 	}
+	rt.measureTransfer(resp.Header)
 
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		idle.Reset(s.cfg.IdleTimeout)
@@ -100,14 +130,12 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			err = fmt.Errorf("answer exceeds %d bytes", maxResponseBytes)
 		}
 		if err != nil {
-			ue := classify(err, errKindUpstreamStream)
-			if ue.clientGone {
-				return forwardResult{}, ue
-			}
 			// The worker did the work: do not run it twice.
-			return forwardResult{}, fmt.Errorf("frontend: worker %s failed while sending its answer: %w", wk.ID, ue.err)
+			ue := classify(fmt.Errorf("failed while sending its answer: %w", err), errKindUpstreamStream, false)
+			return forwardResult{}, ue
 		}
-		if resp.StatusCode == http.StatusOK {
+		switch {
+		case resp.StatusCode == http.StatusOK:
 			var u struct {
 				Usage *openai.Usage `json:"usage"`
 			}
@@ -117,6 +145,10 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if s.deps.InFlight != nil {
 				s.deps.InFlight.FirstToken(wk.ID, reqID)
 			}
+		case resp.StatusCode >= 400:
+			// Relayed as it is: the worker judged the request, and its
+			// envelope says why.
+			s.m.errors.WithLabelValues(errKindWorker4xx).Inc()
 		}
 		h := w.Header()
 		h.Set("Content-Type", resp.Header.Get("Content-Type"))
@@ -131,7 +163,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	defer func() { br.Reset(nil); readerPool.Put(br) }()
 	idle.Reset(s.cfg.IdleTimeout)
 	if _, err := br.Peek(1); err != nil {
-		return forwardResult{}, classify(err, errKindUpstreamStream)
+		// Headers but no byte of the stream: retried if the connection
+		// failed, not if the worker went quiet (it may still be working).
+		return forwardResult{}, classify(err, errKindUpstreamStream, true)
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -152,7 +186,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return forwardResult{ttft: st.ttft}, nil
 	}
 	var we *clientWriteError
-	ue := classify(err, errKindUpstreamStream)
+	ue := classify(err, errKindUpstreamStream, false)
 	if errors.As(err, &we) || ue.clientGone {
 		s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
 		return forwardResult{ttft: st.ttft}, nil

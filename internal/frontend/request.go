@@ -32,6 +32,9 @@ type apiError struct {
 	param  string
 	msg    string
 	kind   string // switchyard_errors_total label
+	// counted: the failure was counted in switchyard_errors_total where it
+	// happened (a failed upstream attempt), so fail must not count it again.
+	counted bool
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -63,6 +66,10 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	}
 	pr := &parsedRequest{body: body}
 	if err := json.Unmarshal(body, &pr.req); err != nil {
+		var pe *openai.ContentPartError
+		if errors.As(err, &pe) {
+			return nil, badRequest("messages", "frontend: message content part type %q is not supported; send text parts only", pe.Type)
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			field := te.Field
@@ -87,6 +94,13 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	}
 	if req.MaxCompletion != nil && *req.MaxCompletion <= 0 {
 		return nil, badRequest("max_completion_tokens", "frontend: max_completion_tokens must be positive, got %d", *req.MaxCompletion)
+	}
+	// The OpenAI API's ranges; vLLM rejects the same values.
+	if req.Temperature != nil && (*req.Temperature < 0 || *req.Temperature > 2) {
+		return nil, badRequest("temperature", "frontend: temperature must be in [0, 2], got %v", *req.Temperature)
+	}
+	if req.TopP != nil && (*req.TopP <= 0 || *req.TopP > 1) {
+		return nil, badRequest("top_p", "frontend: top_p must be in (0, 1], got %v", *req.TopP)
 	}
 	if req.StreamOptions != nil && !req.Stream {
 		return nil, badRequest("stream_options", "frontend: stream_options is only allowed with stream: true")

@@ -26,12 +26,22 @@ const (
 	HeaderPrefill       = "x-switchyard-prefill"
 	HeaderDisaggReason  = "x-switchyard-disagg-reason"
 	HeaderPredictedTTFT = "x-switchyard-predicted-ttft-ms"
-	HeaderKVBytes       = "x-switchyard-kv-bytes"
-	HeaderDisaggMode    = "x-switchyard-disagg-mode"
+	// HeaderKVBytes is the KV bytes the decode worker pulled for a remote
+	// prefill, as it measured them (0 for a local prefill; absent when the
+	// worker does not report its pulls). HeaderKVPullMS is how long the
+	// pull took; HeaderKVBytesPredicted is the gate's prediction.
+	HeaderKVBytes          = "x-switchyard-kv-bytes"
+	HeaderKVPullMS         = "x-switchyard-kv-pull-ms"
+	HeaderKVBytesPredicted = "x-switchyard-kv-bytes-predicted"
+	HeaderDisaggMode       = "x-switchyard-disagg-mode"
 	// HeaderPinWorker, on a request with admin access, bypasses the router.
 	HeaderPinWorker = "x-switchyard-pin-worker"
 	headerRequestID = "x-request-id"
 )
+
+// maxRequestIDLen bounds a client's x-request-id that the frontend adopts:
+// it is echoed, logged and forwarded, so an oversized one is replaced.
+const maxRequestIDLen = 128
 
 // Server is the frontend. Build it with New.
 type Server struct {
@@ -43,6 +53,8 @@ type Server struct {
 	client    *http.Client
 	transport *http.Transport
 	mux       *http.ServeMux
+	handler   http.Handler      // mux behind openai.Mux and serveHTTP
+	endpoints map[string]string // mux pattern → endpoint label; read-only after New
 	started   time.Time
 	reqPrefix string
 	reqSeq    atomic.Uint64
@@ -81,13 +93,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.m = m
 	s.reqPrefix = "sy-" + strconv.FormatInt(s.started.UnixNano()%1e12, 36) + "-"
 	s.transport = &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		ResponseHeaderTimeout: cfg.HeaderTimeout,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256, // one frontend fans many concurrent streams into few workers
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true, // relay bytes as the worker wrote them
+		Proxy:       nil,
+		DialContext: (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		// No ResponseHeaderTimeout: a non-streaming worker answers only when
+		// generation is done, so forward bounds the header wait per request.
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256, // one frontend fans many concurrent streams into few workers
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true, // relay bytes as the worker wrote them
 	}
 	s.client = &http.Client{Transport: s.transport}
 	s.mux = http.NewServeMux()
@@ -106,7 +119,55 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("GET /admin/disagg", s.admin(s.handleGetDisagg))
 	s.mux.HandleFunc("PUT /admin/disagg", s.admin(s.handlePutDisagg))
 	s.mux.HandleFunc("POST /admin/disagg/predict", s.admin(s.handlePredict))
+	s.endpoints = map[string]string{
+		"POST /v1/chat/completions": endpointChat.name,
+		"POST /v1/completions":      endpointCompletions.name,
+	}
+	s.handler = openai.Mux(s.mux)
 	return s, nil
+}
+
+// ServeHTTP serves every endpoint. Every response carries x-request-id:
+// the client's, if it sent a usable one, else a new one; the id is set on
+// the response before any route runs, and handlers read it from there.
+// Unknown paths and methods get OpenAI error envelopes (404, 405).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	id := r.Header.Get(headerRequestID)
+	if !usableRequestID(id) {
+		id = s.newRequestID()
+	}
+	w.Header().Set(headerRequestID, id)
+	defer func() { s.m.duration.WithLabelValues(s.endpointLabel(r)).Observe(time.Since(start).Seconds()) }()
+	s.handler.ServeHTTP(w, r)
+}
+
+// endpointLabel names r's endpoint for metrics from the bounded set of
+// served patterns.
+func (s *Server) endpointLabel(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return "unmatched"
+	}
+	if l, ok := s.endpoints[p]; ok {
+		return l
+	}
+	_, path, _ := strings.Cut(p, " ")
+	return path
+}
+
+// usableRequestID reports whether a client's request id can be adopted:
+// not empty, not oversized, printable ASCII without spaces.
+func usableRequestID(id string) bool {
+	if id == "" || len(id) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // DisaggMode returns the disaggregation mode in force.
@@ -122,8 +183,8 @@ func (s *Server) SetDisaggMode(mode string) error {
 	return fmt.Errorf("frontend: disagg mode %q: want never, always or auto", mode)
 }
 
-// Handler returns the HTTP handler serving every endpoint.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler returns the HTTP handler serving every endpoint: s itself.
+func (s *Server) Handler() http.Handler { return s }
 
 // Close releases idle connections to workers. In-flight requests are not
 // interrupted; shut the http.Server down first.

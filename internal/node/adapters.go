@@ -180,9 +180,9 @@ func (a adapters) Observe(o frontend.Observation) {
 	if ok && o.TTFT > 0 {
 		a.f.gate.Observe(dec, o.TTFT)
 	}
-	if o.Remote && o.Transfer > 0 && o.KVBytes > 0 {
-		a.f.gate.Links().Observe(o.From, o.To, o.KVBytes, o.Transfer)
-	}
+	// The transfer itself (o.Transfer, o.KVBytes) is not fed to the link
+	// estimator here: the decode worker reports every pull on the bus, which
+	// reaches every frontend, so counting it again would weigh it twice.
 }
 
 // Settings reports the gate's tunables.

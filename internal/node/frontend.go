@@ -45,6 +45,11 @@ type FrontendConfig struct {
 
 	APIKey, AdminKey string
 
+	// Upstream bounds, passed to frontend.Config; zero takes its defaults.
+	HeaderTimeout  time.Duration // streaming: wait for a worker's response headers
+	RequestTimeout time.Duration // whole upstream exchange, and a non-streaming generation
+	MaxBodyBytes   int64         // request body limit
+
 	SilenceAfter time.Duration // KV events; 0: the kvevents default
 
 	// LinkLabel marks every link as emulated in reports, e.g.
@@ -168,6 +173,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	a := adapters{f}
 	f.server, err = frontend.New(frontend.Config{
 		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey,
+		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
 		DisaggMode: string(mode), Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: f.router, Events: a, Gate: a, Index: a,

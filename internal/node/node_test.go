@@ -146,9 +146,15 @@ func TestDisaggregatedMatchesAggregated(t *testing.T) {
 	if remote.usage.PromptTokensDetails.CachedTokens < full-16 {
 		t.Errorf("remote prefill: cached_tokens %d, want the pulled blocks ≈ %d", remote.usage.PromptTokensDetails.CachedTokens, full)
 	}
-	wantBytes := fmt.Sprint(remote.usage.PromptTokens * 114688)
+	// The gate predicts every prompt token's KV; the decode worker pulls
+	// and reports the full blocks it lacked.
+	wantPredicted := fmt.Sprint(remote.usage.PromptTokens * 114688)
+	if got := remote.headers.Get("x-switchyard-kv-bytes-predicted"); got != wantPredicted {
+		t.Errorf("predicted kv bytes header %s, want %s (every prompt token's KV)", got, wantPredicted)
+	}
+	wantBytes := fmt.Sprint(full * 114688)
 	if got := remote.headers.Get("x-switchyard-kv-bytes"); got != wantBytes {
-		t.Errorf("kv bytes header %s, want %s (every prompt token's KV)", got, wantBytes)
+		t.Errorf("kv bytes header %s, want %s (the full blocks pulled)", got, wantBytes)
 	}
 	c.setDisagg(t, "never")
 	c.complete(t, map[string]any{"model": "qwen3-0.6b", "prompt": "flush", "max_tokens": 1})

@@ -2,7 +2,9 @@ package openai
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 )
 
 // ErrorBody is the inner object of an OpenAI error envelope.
@@ -48,4 +50,38 @@ func WriteError(w http.ResponseWriter, status int, typ, param, msg string) {
 func WriteJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Methods tried to tell a wrong method (405) from an unknown path (404).
+var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// Mux serves mux, but answers a request no pattern matches in the error
+// envelope: 405 (with Allow) when the path is served under other methods,
+// else 404. net/http's own answers are plain text, which OpenAI clients
+// fail to parse.
+func Mux(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		var allow []string
+		probe := r.Clone(r.Context())
+		for _, m := range probeMethods {
+			if m == r.Method {
+				continue
+			}
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			WriteError(w, http.StatusMethodNotAllowed, TypeInvalidRequest, "",
+				fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+			return
+		}
+		WriteError(w, http.StatusNotFound, TypeNotFound, "", fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
 }

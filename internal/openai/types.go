@@ -4,12 +4,73 @@
 // nothing else of the project.
 package openai
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
 
-// Message is one chat turn.
+// Message is one chat turn. On decode, content may be a string, null, or
+// an array of content parts; text parts are joined with "\n" (as vLLM's
+// chat template preparation does) and any other part type is rejected
+// with a *ContentPartError. It always encodes content as a string.
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+}
+
+// ContentPartError reports a chat content part of a type the project does
+// not serve (image_url, input_audio, file, ...).
+type ContentPartError struct {
+	Type string // the part's "type", possibly empty
+}
+
+func (e *ContentPartError) Error() string {
+	return fmt.Sprintf("openai: message content part of type %q is not supported; only \"text\" parts are", e.Type)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (m *Message) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	m.Role, m.Content = raw.Role, ""
+	c := raw.Content
+	if len(c) == 0 || string(c) == "null" {
+		return nil
+	}
+	if c[0] != '[' {
+		if err := json.Unmarshal(c, &m.Content); err != nil {
+			return &json.UnmarshalTypeError{Value: string(truncate(c, 32)), Field: "content"}
+		}
+		return nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(c, &parts); err != nil {
+		return &json.UnmarshalTypeError{Value: string(truncate(c, 32)), Field: "content"}
+	}
+	var sb strings.Builder
+	for i, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			if p.Type == "text" {
+				return &json.UnmarshalTypeError{Value: "text part without text", Field: "content"}
+			}
+			return &ContentPartError{Type: p.Type}
+		}
+		if i > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.WriteString(*p.Text)
+	}
+	m.Content = sb.String()
+	return nil
 }
 
 // StreamOptions is the request's stream_options object.

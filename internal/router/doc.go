@@ -7,8 +7,12 @@
 //	cost_w = α·(B − overlap_w + queued_prefill_blocks_w) + active_decode_blocks_w
 //
 // (α defaults to 1; lowest wins; ties go to the least loaded worker, then
-// rotate). overlap_w comes from the prefix index (kvindex). For a worker
-// whose KV events are not healthy, the router also consults its own recent
+// rotate). Rotation (round-robin, and the tie-breaking of kv and
+// least-loaded) keeps one counter per candidate set, so a caller that picks
+// from two pools per request (decode, then prefill) rotates evenly in each.
+//
+// overlap_w comes from the prefix index (kvindex). For a worker whose KV
+// events are not healthy, the router also consults its own recent
 // decisions, an approximate index with a TTL, and credits the larger of the
 // two overlaps: a worker that publishes no events is therefore not treated
 // as having an empty cache, which would degrade kv routing to load

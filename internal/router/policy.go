@@ -87,9 +87,71 @@ var (
 	_ Policy = (*LeastLoaded)(nil)
 )
 
-// RoundRobin rotates over the candidate list: the n-th pick (counted across
-// all goroutines) takes candidate n mod len(workers).
-type RoundRobin struct{ n atomic.Uint64 }
+// maxRotations bounds the rotation counters a policy keeps. Candidate sets
+// are few (the decode pool, the prefill pool, each minus a failed worker
+// on retry), so the bound is only reached under worker churn, where
+// starting the counters over costs nothing but evenness for a moment.
+const maxRotations = 1024
+
+// rotation hands out rotating offsets with one counter per candidate set.
+// A frontend picks from several pools for one request (decode workers,
+// then prefill workers); a single shared counter would advance twice per
+// request and, with two decode workers, land every request on the same
+// one. The zero value is ready to use; safe for concurrent use; a warm
+// call does not allocate.
+type rotation struct {
+	mu sync.RWMutex              // guards m
+	m  map[uint64]*atomic.Uint64 // candidate-set key → picks made from that set
+}
+
+// next returns how many picks were made from this candidate set before,
+// and counts this one.
+func (r *rotation) next(workers []Worker) uint64 {
+	k := setKey(workers)
+	r.mu.RLock()
+	c := r.m[k]
+	r.mu.RUnlock()
+	if c == nil {
+		r.mu.Lock()
+		if c = r.m[k]; c == nil {
+			if r.m == nil || len(r.m) >= maxRotations {
+				r.m = make(map[uint64]*atomic.Uint64)
+			}
+			c = new(atomic.Uint64)
+			r.m[k] = c
+		}
+		r.mu.Unlock()
+	}
+	return c.Add(1) - 1
+}
+
+// setKey identifies a set of worker IDs regardless of their order: the sum
+// of a mixed FNV-1a hash of each ID.
+func setKey(workers []Worker) uint64 {
+	var k uint64
+	for i := range workers {
+		h := uint64(14695981039346656037)
+		id := workers[i].ID
+		for j := 0; j < len(id); j++ {
+			h ^= uint64(id[j])
+			h *= 1099511628211
+		}
+		// splitmix64 finaliser: FNV's low bits mix poorly, and a plain sum
+		// of them would make distinct sets collide easily.
+		h ^= h >> 30
+		h *= 0xbf58476d1ce4e5b9
+		h ^= h >> 27
+		h *= 0x94d049bb133111eb
+		h ^= h >> 31
+		k += h
+	}
+	return k
+}
+
+// RoundRobin rotates over each candidate set: the n-th pick from a set
+// (counted across all goroutines) takes candidate n mod len(workers).
+// Picks from other sets (another pool) do not advance it.
+type RoundRobin struct{ rot rotation }
 
 // Name implements Policy.
 func (*RoundRobin) Name() string { return PolicyRoundRobin }
@@ -99,7 +161,7 @@ func (p *RoundRobin) Pick(req *Request, workers []Worker, ov Overlapper) (Decisi
 	if len(workers) == 0 {
 		return Decision{}, ErrNoWorkers
 	}
-	i := int((p.n.Add(1) - 1) % uint64(len(workers)))
+	i := int(p.rot.next(workers) % uint64(len(workers)))
 	return decision(workers, i, ov, PolicyRoundRobin, ReasonRoundRobin), nil
 }
 
@@ -129,8 +191,8 @@ func (p *Random) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, 
 }
 
 // LeastLoaded picks the candidate with the fewest queued prefill plus active
-// decode blocks; ties rotate.
-type LeastLoaded struct{ rr atomic.Uint64 }
+// decode blocks; ties rotate, per candidate set.
+type LeastLoaded struct{ rot rotation }
 
 // Name implements Policy.
 func (*LeastLoaded) Name() string { return PolicyLeastLoaded }
@@ -141,7 +203,7 @@ func (p *LeastLoaded) Pick(req *Request, workers []Worker, ov Overlapper) (Decis
 		return Decision{}, ErrNoWorkers
 	}
 	n := len(workers)
-	start := int(p.rr.Add(1) % uint64(n))
+	start := int((p.rot.next(workers) + 1) % uint64(n))
 	best := start
 	for k := 1; k < n; k++ {
 		i := (start + k) % n
@@ -157,7 +219,7 @@ type KV struct {
 	// Alpha weighs prefill blocks (to compute or queued) against decode
 	// blocks; 1 when zero.
 	Alpha float64
-	rr    atomic.Uint64
+	rot   rotation // tie rotation, per candidate set
 }
 
 // Name implements Policy.
@@ -174,14 +236,16 @@ func (p *KV) Cost(b, overlap int, l Load) float64 {
 
 // Pick implements Policy. The scan starts at a rotating offset and keeps the
 // first strictly better candidate, so full ties (cold prompts on idle
-// workers) spread over the pool instead of piling onto the first.
+// workers) spread over the pool instead of piling onto the first. The
+// offset rotates per candidate set, so picks from another pool do not
+// disturb it.
 func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, error) {
 	if len(workers) == 0 {
 		return Decision{}, ErrNoWorkers
 	}
 	b := len(req.Hashes)
 	n := len(workers)
-	start := int(p.rr.Add(1) % uint64(n))
+	start := int((p.rot.next(workers) + 1) % uint64(n))
 	best, bestCost, bestLoad, bestOv, bestApprox := -1, 0.0, 0, 0, false
 	for k := 0; k < n; k++ {
 		i := (start + k) % n

@@ -138,3 +138,63 @@ func TestNoWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestRotationPerCandidateSet: a frontend picks a decode worker and then a
+// prefill worker for each request. Picks from the prefill pool must not
+// advance the decode pool's rotation (with one shared counter, two decode
+// workers and one prefill worker, every request landed on the same decode
+// worker).
+func TestRotationPerCandidateSet(t *testing.T) {
+	decode := []Worker{{ID: "decode-1", EventsHealthy: true}, {ID: "decode-2", EventsHealthy: true}}
+	prefill := []Worker{{ID: "prefill-1", EventsHealthy: true}}
+	for _, p := range []Policy{&RoundRobin{}, &KV{}, &LeastLoaded{}} {
+		t.Run(p.Name(), func(t *testing.T) {
+			req := &Request{Hashes: make([]uint64, 4)}
+			got := map[string]int{}
+			var seq string
+			for i := 0; i < 6; i++ {
+				d, err := p.Pick(req, decode, fixedOv{0, 0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[d.Worker]++
+				seq += d.Worker[len(d.Worker)-1:]
+				if _, err := p.Pick(req, prefill, fixedOv{0}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got["decode-1"] != 3 || got["decode-2"] != 3 {
+				t.Errorf("decode picks %v (sequence %s), want 3 each", got, seq)
+			}
+			if seq != "121212" && seq != "212121" {
+				t.Errorf("decode sequence %s does not alternate", seq)
+			}
+		})
+	}
+}
+
+func TestSetKeyIgnoresOrder(t *testing.T) {
+	ab := []Worker{{ID: "a"}, {ID: "b"}}
+	ba := []Worker{{ID: "b"}, {ID: "a"}}
+	if setKey(ab) != setKey(ba) {
+		t.Errorf("setKey depends on order")
+	}
+	for _, other := range [][]Worker{{{ID: "a"}}, {{ID: "b"}}, {{ID: "a"}, {ID: "c"}}, {{ID: "ab"}}} {
+		if setKey(ab) == setKey(other) {
+			t.Errorf("setKey(%v) == setKey(%v)", ab, other)
+		}
+	}
+}
+
+func TestRotationBounded(t *testing.T) {
+	var r rotation
+	for i := 0; i < 3*maxRotations; i++ {
+		r.next([]Worker{{ID: string(rune('A'+i%26)) + string(rune(i))}})
+	}
+	r.mu.RLock()
+	n := len(r.m)
+	r.mu.RUnlock()
+	if n > maxRotations {
+		t.Errorf("rotation holds %d counters, want at most %d", n, maxRotations)
+	}
+}

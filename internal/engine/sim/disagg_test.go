@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -98,12 +99,23 @@ func TestDisaggregatedMatchesAggregated(t *testing.T) {
 			}
 
 			decReq := map[string]any{"prompt": prompt, "max_tokens": 8, "cache_salt": "t1", "kv_transfer_params": kvp}
-			code, _, b = post(t, dsrv.URL+"/v1/completions", mustJSON(t, decReq))
+			code, hdr, b := post(t, dsrv.URL+"/v1/completions", mustJSON(t, decReq))
 			if code != 200 {
 				t.Fatalf("decode: %d %s", code, b)
 			}
 			var dr, ar openai.CompletionResponse
 			_ = json.Unmarshal(b, &dr)
+			// The decode worker reports what it received, not what was asked.
+			wantBytes := 0
+			if !fail {
+				wantBytes = dr.Usage.PromptTokens / 16 * dw.BlockBytes()
+			}
+			if got := hdr.Get(HeaderKVPulledBytes); got != fmt.Sprint(wantBytes) {
+				t.Errorf("%s = %q, want %d", HeaderKVPulledBytes, got, wantBytes)
+			}
+			if ms, err := strconv.ParseFloat(hdr.Get(HeaderKVPullMS), 64); err != nil || ms < 0 {
+				t.Errorf("%s = %q, want a duration in ms", HeaderKVPullMS, hdr.Get(HeaderKVPullMS))
+			}
 			_, _, b = post(t, asrv.URL+"/v1/completions", mustJSON(t, base))
 			_ = json.Unmarshal(b, &ar)
 			if dr.Choices[0].Text != ar.Choices[0].Text || dr.Usage.CompletionTokens != ar.Usage.CompletionTokens || dr.Usage.PromptTokens != ar.Usage.PromptTokens {
@@ -126,7 +138,6 @@ func TestDisaggregatedMatchesAggregated(t *testing.T) {
 				}
 				l.mu.Unlock()
 			}
-			_ = dw
 		})
 	}
 }

@@ -33,9 +33,21 @@ const (
 	HeaderCached  = "x-sim-cached-tokens"
 )
 
+// Response headers of a request that carried a remote prefill's
+// kv_transfer_params: the KV bytes this worker received and verified
+// before scheduling the request, and how long the pull took in
+// milliseconds (wall clock: it crosses a real link). Both are 0 when every
+// block was cached here already.
+const (
+	HeaderKVPulledBytes = "x-kv-pulled-bytes"
+	HeaderKVPullMS      = "x-kv-pull-ms"
+)
+
 // Handler serves the worker's HTTP API: /v1/completions,
 // /v1/chat/completions, /v1/models, /health, /metrics and
 // /reset_prefix_cache.
+//
+// Unknown paths and wrong methods get OpenAI error envelopes.
 func (w *Worker) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, false) })
@@ -49,7 +61,7 @@ func (w *Worker) Handler() http.Handler {
 		n := w.ResetPrefixCache()
 		openai.WriteJSON(rw, map[string]int{"cleared_blocks": n})
 	})
-	return mux
+	return openai.Mux(mux)
 }
 
 func (w *Worker) serveModels(rw http.ResponseWriter, _ *http.Request) {
@@ -79,6 +91,10 @@ func DecodeRequest(body []byte) (*openai.CompletionRequest, error) {
 	var req openai.CompletionRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
+		var pe *openai.ContentPartError
+		if errors.As(err, &pe) {
+			return nil, badRequest("messages", "message content part type %q is not supported; send text parts only", pe.Type)
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			field := te.Field
@@ -148,6 +164,12 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 	if req.MinTokens != nil && (*req.MinTokens < 0 || (mt != nil && *req.MinTokens > *mt)) {
 		return nil, badRequest("min_tokens", "min_tokens must be between 0 and max_tokens")
 	}
+	if req.Temperature != nil && (*req.Temperature < 0 || *req.Temperature > 2) {
+		return nil, badRequest("temperature", "temperature must be in [0, 2], got %v", *req.Temperature)
+	}
+	if req.TopP != nil && (*req.TopP <= 0 || *req.TopP > 1) {
+		return nil, badRequest("top_p", "top_p must be in (0, 1], got %v", *req.TopP)
+	}
 	if req.N != nil && *req.N != 1 {
 		return nil, badRequest("n", "n must be 1 on this worker")
 	}
@@ -200,7 +222,10 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	}
 	ctx := r.Context()
 	if g.remotePref {
-		w.pullRemote(ctx, reqID, g)
+		// Set before any answer is written: the pull precedes scheduling.
+		n, d := w.pullRemote(ctx, reqID, g)
+		rw.Header().Set(HeaderKVPulledBytes, strconv.FormatInt(n, 10))
+		rw.Header().Set(HeaderKVPullMS, msString(d))
 	}
 	st, err := w.Submit(Request{ID: reqID, Tokens: g.tokens, Salt: req.CacheSalt, MaxTokens: g.maxTokens, MinTokens: deref(req.MinTokens), IgnoreEOS: req.IgnoreEOS, Seed: req.Seed, Pin: g.remoteDec})
 	if err != nil {
@@ -285,8 +310,10 @@ func (w *Worker) lease(reqID string, p *PinnedSet) (map[string]any, *apiError) {
 
 // pullRemote fetches a remote prefill's blocks into the cache before the
 // request is scheduled. Blocks must arrive in this prompt's own chain
-// order; a failure leaves what arrived and the rest is recomputed.
-func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) {
+// order; a failure leaves what arrived and the rest is recomputed. It
+// returns the payload bytes of the blocks received and verified, and how
+// long the pull took.
+func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) (int64, time.Duration) {
 	chain := kvindex.HashChain(nil, g.req.CacheSalt, g.tokens, w.bs)
 	// Pull only what is not cached here already: the gate predicted the
 	// transfer of the uncached tokens, and moving the rest would waste the
@@ -298,7 +325,7 @@ func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) {
 		parent = chain[have-1]
 	}
 	if len(want) == 0 {
-		return
+		return 0, 0
 	}
 	var got []uint64
 	insert := func(h uint64) error {
@@ -308,7 +335,9 @@ func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) {
 		got = append(got, h)
 		return nil
 	}
+	start := time.Now()
 	err := w.cfg.Puller.Pull(ctx, g.req.KVTransferParams, want, insert)
+	took := time.Since(start)
 	if len(got) > 0 {
 		if ierr := w.InsertBlocks(parent, got); ierr != nil {
 			err = errors.Join(err, ierr)
@@ -319,6 +348,7 @@ func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) {
 		w.metrics.pullFailures.Inc()
 		w.cfg.Logger.Warn("sim: remote prefill failed; recomputing locally", "worker", w.cfg.ID, "request_id", reqID, "blocks_received", len(got), "blocks_wanted", len(want), "err", err)
 	}
+	return int64(len(got)) * int64(w.BlockBytes()), took
 }
 
 func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, st *Stream, reqID string, chat bool, req *openai.CompletionRequest) {

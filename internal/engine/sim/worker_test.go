@@ -183,6 +183,11 @@ func TestHTTPErrors(t *testing.T) {
 		{"token out of vocabulary", "/v1/completions", `{"prompt": [1, 999999999]}`, 400},
 		{"stream_options without stream", "/v1/completions", `{"prompt": "hi", "stream_options": {"include_usage": true}}`, 400},
 		{"no kv transfer", "/v1/completions", `{"prompt": "hi", "kv_transfer_params": {"do_remote_decode": true}}`, 400},
+		{"temperature out of range", "/v1/completions", `{"prompt": "hi", "temperature": 3}`, 400},
+		{"top_p out of range", "/v1/completions", `{"prompt": "hi", "top_p": 0}`, 400},
+		{"image content part", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, 400},
+		{"unknown path", "/v1/embeddings", `{}`, 404},
+		{"wrong method", "/v1/models", `{}`, 405},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,6 +200,25 @@ func TestHTTPErrors(t *testing.T) {
 				t.Errorf("body %s is not an OpenAI error with code %d", b, tt.want)
 			}
 		})
+	}
+}
+
+func TestChatContentParts(t *testing.T) {
+	_, srv := startWorker(t, Config{})
+	parts := `{"messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}]}], "max_tokens": 4, "seed": 1}`
+	plain := `{"messages": [{"role": "user", "content": "hello\nworld"}], "max_tokens": 4, "seed": 1}`
+	var got [2]openai.ChatResponse
+	for i, body := range []string{parts, plain} {
+		code, _, b := post(t, srv.URL+"/v1/chat/completions", body)
+		if code != 200 {
+			t.Fatalf("status %d: %s", code, b)
+		}
+		if err := json.Unmarshal(b, &got[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got[0].Usage.PromptTokens != got[1].Usage.PromptTokens || got[0].Choices[0].Message.Content != got[1].Choices[0].Message.Content {
+		t.Errorf("content parts %+v differ from the joined string %+v", got[0], got[1])
 	}
 }
 
