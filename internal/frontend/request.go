@@ -70,6 +70,10 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		if errors.As(err, &pe) {
 			return nil, badRequest("messages", "frontend: message content part type %q is not supported; send text parts only", pe.Type)
 		}
+		var pre *openai.PromptError
+		if errors.As(err, &pre) {
+			return nil, badRequest("prompt", "frontend: %s", pre.Msg)
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			field := te.Field
@@ -108,6 +112,9 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	if ep.chat {
 		if len(req.Messages) == 0 {
 			return nil, badRequest("messages", "frontend: messages is required and must not be empty")
+		}
+		if err := openai.CheckRoles(req.Messages); err != nil {
+			return nil, badRequest("messages", "frontend: %v", err)
 		}
 		pr.tokens = s.tok.Encode(tokenizer.ChatPrompt(req.Messages))
 	} else {

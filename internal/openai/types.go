@@ -100,12 +100,20 @@ func (p *Prompt) UnmarshalJSON(b []byte) error {
 		return nil
 	}
 	var ss []string
-	if err := json.Unmarshal(b, &ss); err == nil && len(ss) == 1 {
-		*p = Prompt{Text: ss[0]}
-		return nil
+	if err := json.Unmarshal(b, &ss); err == nil {
+		if len(ss) == 1 {
+			*p = Prompt{Text: ss[0]}
+			return nil
+		}
+		return &PromptError{Msg: fmt.Sprintf("prompt: an array of %d strings (batched prompts) is not supported; send one prompt per request", len(ss))}
 	}
-	return &json.UnmarshalTypeError{Value: string(truncate(b, 32)), Field: "prompt"}
+	return &PromptError{Msg: fmt.Sprintf("prompt: %s is neither a string nor an array of token IDs", truncate(b, 32))}
 }
+
+// PromptError is a prompt that does not decode; the message says why.
+type PromptError struct{ Msg string }
+
+func (e *PromptError) Error() string { return e.Msg }
 
 // MarshalJSON writes the prompt back in the form it came in.
 func (p Prompt) MarshalJSON() ([]byte, error) {
@@ -247,6 +255,19 @@ const (
 	FinishStop   = "stop"
 	FinishLength = "length"
 )
+
+// CheckRoles returns an error naming the first message whose role is not
+// one a chat template knows (system, developer, user, assistant, tool).
+func CheckRoles(msgs []Message) error {
+	for i, m := range msgs {
+		switch m.Role {
+		case "system", "developer", "user", "assistant", "tool":
+		default:
+			return fmt.Errorf("messages[%d].role %q: want system, developer, user, assistant or tool", i, m.Role)
+		}
+	}
+	return nil
+}
 
 // StringPtr returns a pointer to s, for optional fields such as finish_reason.
 func StringPtr(s string) *string { return &s }

@@ -3,6 +3,7 @@ package openai
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -60,5 +61,25 @@ func TestMessageContentInRequest(t *testing.T) {
 	b, _ := json.Marshal(Message{Role: "user", Content: "x"})
 	if string(b) != `{"role":"user","content":"x"}` {
 		t.Errorf("encoded %s", b)
+	}
+}
+
+func TestPromptErrors(t *testing.T) {
+	for _, body := range []string{`{"prompt":["a","b"]}`, `{"prompt":{"x":1}}`, `{"prompt":[1,"a"]}`} {
+		var r CompletionRequest
+		err := json.Unmarshal([]byte(body), &r)
+		var pe *PromptError
+		if !errors.As(err, &pe) || pe.Msg == "" {
+			t.Errorf("%s: err %v, want a PromptError", body, err)
+		}
+	}
+}
+
+func TestCheckRoles(t *testing.T) {
+	if err := CheckRoles([]Message{{Role: "system"}, {Role: "user"}, {Role: "assistant"}, {Role: "tool"}}); err != nil {
+		t.Errorf("valid roles: %v", err)
+	}
+	if err := CheckRoles([]Message{{Role: "user"}, {Role: "bogus"}}); err == nil || !strings.Contains(err.Error(), "messages[1]") {
+		t.Errorf("bogus role: %v, want an error naming messages[1]", err)
 	}
 }

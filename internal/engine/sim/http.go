@@ -95,6 +95,10 @@ func DecodeRequest(body []byte) (*openai.CompletionRequest, error) {
 		if errors.As(err, &pe) {
 			return nil, badRequest("messages", "message content part type %q is not supported; send text parts only", pe.Type)
 		}
+		var pre *openai.PromptError
+		if errors.As(err, &pre) {
+			return nil, badRequest("prompt", "%s", pre.Msg)
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			field := te.Field
@@ -126,6 +130,9 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 	if chat {
 		if len(req.Messages) == 0 {
 			return nil, badRequest("messages", "messages must be a non-empty array")
+		}
+		if err := openai.CheckRoles(req.Messages); err != nil {
+			return nil, badRequest("messages", "%v", err)
 		}
 		g.tokens = w.tok.Encode(tokenizer.ChatPrompt(req.Messages))
 	} else {
