@@ -300,3 +300,25 @@ func TestOverlapHeaderUsesBlockSize(t *testing.T) {
 		t.Errorf("overlap tokens = %d, want 96", got)
 	}
 }
+
+// TestHealthDegradedByRefusedWorker: a worker refused for a mismatch is
+// capacity the operator meant to have, so /health says degraded and why.
+func TestHealthDegradedByRefusedWorker(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{}, Deps{Events: healthyEvents{}}, a.worker(RoleAggregated))
+	h.pool.refused = []Refusal{{ID: "w-x", Reason: "block size 32, want 16"}}
+	resp, body := h.do(t, "GET", "/health", "")
+	var hl Health
+	if err := json.Unmarshal(body, &hl); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || hl.Status != HealthDegraded || !strings.Contains(hl.Reason, "w-x refused") {
+		t.Errorf("health = %d %+v, want 200 degraded naming w-x", resp.StatusCode, hl)
+	}
+}
+
+type healthyEvents struct{}
+
+func (healthyEvents) EventStatus(string) (EventStatus, bool) {
+	return EventStatus{State: StateHealthy}, true
+}

@@ -77,6 +77,10 @@ func (s *Server) Health() Health {
 		}
 		h.Workers = append(h.Workers, wh)
 	}
+	for _, r := range h.Refused {
+		// A refused worker is capacity the operator meant to have.
+		unhealthy = append(unhealthy, fmt.Sprintf("%s refused: %s", r.ID, r.Reason))
+	}
 	if slices.ContainsFunc(workers, func(wk Worker) bool { return wk.Role == RolePrefill }) {
 		h.Links = s.linkInfos(workers)
 	}

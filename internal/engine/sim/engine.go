@@ -262,6 +262,14 @@ func (e *Engine) ResetPrefixCache() int {
 	return n
 }
 
+// Stopped reports whether the engine has stopped (Run returned); a stopped
+// engine refuses new requests.
+func (e *Engine) Stopped() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopped
+}
+
 // CachedPrefix returns how many leading blocks of the chain hashes are in
 // the cache now.
 func (e *Engine) CachedPrefix(hashes []uint64) int {

@@ -54,6 +54,10 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, true) })
 	mux.HandleFunc("GET /v1/models", w.serveModels)
 	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, r *http.Request) {
+		if w.Stopped() {
+			openai.WriteError(rw, http.StatusServiceUnavailable, openai.TypeUnavailable, "", "worker "+w.cfg.ID+": engine stopped")
+			return
+		}
 		openai.WriteJSON(rw, map[string]string{"status": "ok", "id": w.cfg.ID})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(w.metrics.reg, promhttp.HandlerOpts{}))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -473,4 +474,30 @@ func equalHashes(a, b []uint64) bool {
 		}
 	}
 	return true
+}
+
+// TestHealthAfterStop: a worker whose engine has stopped says so on
+// /health (503) instead of answering ok.
+func TestHealthAfterStop(t *testing.T) {
+	w, err := NewWorker(Config{Speedup: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	srv := httptest.NewServer(w.Handler())
+	defer srv.Close()
+	if resp, err := http.Get(srv.URL + "/health"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health while running: %v %v", err, resp)
+	}
+	cancel()
+	<-done
+	resp, err := http.Get(srv.URL + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("health after stop = %d, want 503", resp.StatusCode)
+	}
 }
