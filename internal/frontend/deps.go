@@ -65,6 +65,9 @@ type Decision struct {
 	WorkerID      string // one of the candidates
 	OverlapBlocks int    // leading blocks of the prompt the index says the worker holds
 	Policy        string // the policy that decided, e.g. "kv"
+	// Approx says the overlap came from the router's own recent decisions,
+	// not from KV events (the worker's events are not healthy).
+	Approx bool
 }
 
 // Router picks workers and owns the routing policy.

@@ -322,3 +322,18 @@ type healthyEvents struct{}
 func (healthyEvents) EventStatus(string) (EventStatus, bool) {
 	return EventStatus{State: StateHealthy}, true
 }
+
+// TestOverlapSourceHeader: a response says whether its overlap came from
+// KV events or from the router's approximate index.
+func TestOverlapSourceHeader(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	for _, approx := range []bool{false, true} {
+		h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated))
+		h.router.approx = approx
+		resp, _ := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi"}`)
+		want := map[bool]string{false: "index", true: "approx"}[approx]
+		if got := resp.Header.Get(HeaderOverlapSource); got != want {
+			t.Errorf("approx=%v: %s = %q, want %q", approx, HeaderOverlapSource, got, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 type route struct {
 	target  Worker
 	overlap int // blocks, per the router
+	approx  bool
 	policy  string
 
 	gated   bool   // the gate was consulted
@@ -272,7 +273,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		return route{}, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, msg: err.Error(), kind: errKindRouter}
 	}
 	i := slices.IndexFunc(serving, func(wk Worker) bool { return wk.ID == dec.WorkerID })
-	rt := route{target: serving[i], overlap: dec.OverlapBlocks, policy: dec.Policy}
+	rt := route{target: serving[i], overlap: dec.OverlapBlocks, approx: dec.Approx, policy: dec.Policy}
 	mode := s.DisaggMode()
 	// In mode never the gate is still asked: it answers local (mode_never)
 	// with its predictions, so every decode response explains itself.
@@ -325,6 +326,11 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
 	h.Set(HeaderWorker, rt.target.ID)
 	h.Set(HeaderOverlapTokens, strconv.Itoa(rt.overlap*bs))
+	src := "index"
+	if rt.approx {
+		src = "approx"
+	}
+	h.Set(HeaderOverlapSource, src)
 	h.Set(HeaderPolicy, rt.policy)
 	if !rt.gated {
 		return

@@ -22,6 +22,9 @@ import (
 const (
 	HeaderWorker        = "x-switchyard-worker"
 	HeaderOverlapTokens = "x-switchyard-overlap-tokens"
+	// HeaderOverlapSource is "index" (KV events) or "approx" (the router's
+	// own recent decisions, for a worker whose events are not healthy).
+	HeaderOverlapSource = "x-switchyard-overlap-source"
 	HeaderPolicy        = "x-switchyard-policy"
 	HeaderPrefill       = "x-switchyard-prefill"
 	HeaderDisaggReason  = "x-switchyard-disagg-reason"

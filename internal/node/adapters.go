@@ -78,7 +78,7 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 	if err != nil {
 		return frontend.Decision{}, err
 	}
-	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy}, nil
+	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx}, nil
 }
 
 func (a adapters) Policy() string              { return a.f.router.Policy() }
