@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -80,8 +81,12 @@ func benchSetup(b *testing.B, stream []byte, flushEach bool) (worker, front stri
 const benchPrompt = `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"Write one word."}],"stream":true,"stream_options":{"include_usage":true}}`
 
 func post(b *testing.B, c *http.Client, url string, want []byte) time.Duration {
+	return postBody(b, c, url, benchPrompt, want)
+}
+
+func postBody(b *testing.B, c *http.Client, url, body string, want []byte) time.Duration {
 	t0 := time.Now()
-	resp, err := c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(benchPrompt))
+	resp, err := c.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -107,11 +112,24 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 //
 //	go test -run '^$' -bench OverheadLatency -benchtime 2000x ./internal/frontend
 func BenchmarkOverheadLatency(b *testing.B) {
+	// A 1,500-word prompt makes the frontend pay for tokenizing and hashing
+	// a realistic prompt, not just for relaying.
+	var long strings.Builder
+	for i := range 1500 {
+		fmt.Fprintf(&long, "word%d ", i%97)
+	}
+	longBody := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"stream":true}`, testModel, long.String())
+	for _, bc := range []struct{ name, body string }{{"short", benchPrompt}, {"1500-words", longBody}} {
+		b.Run(bc.name, func(b *testing.B) { overheadLatency(b, bc.body) })
+	}
+}
+
+func overheadLatency(b *testing.B, body string) {
 	stream := renderedStream(8)
 	worker, front, c := benchSetup(b, stream, true)
 	for range 50 { // warm connections and the tokenizer
-		post(b, c, worker, stream)
-		post(b, c, front, stream)
+		postBody(b, c, worker, body, stream)
+		postBody(b, c, front, body, stream)
 	}
 	direct := make([]time.Duration, 0, b.N)
 	via := make([]time.Duration, 0, b.N)
@@ -122,8 +140,8 @@ func BenchmarkOverheadLatency(b *testing.B) {
 		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
 			time.Sleep(wait) // pacing the load, not synchronisation
 		}
-		direct = append(direct, post(b, c, worker, stream))
-		via = append(via, post(b, c, front, stream))
+		direct = append(direct, postBody(b, c, worker, body, stream))
+		via = append(via, postBody(b, c, front, body, stream))
 	}
 	b.StopTimer()
 	p50d, p50f := percentile(direct, 0.5), percentile(via, 0.5)
