@@ -104,9 +104,8 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 // inventory records the deployment and checks that every worker serves the
 // same model with the same block size and KV layout, and that none was
 // refused.
-func (r *runner) inventory(h healthWire) Check {
-	r.dep = Deployment{Status: h.Status, Reason: h.Reason, Model: h.Model, BlockSize: h.BlockSize,
-		Policy: h.Policy, Disagg: h.Disagg, Workers: h.Workers, Refused: h.Refused}
+func (r *runner) inventory(h Deployment) Check {
+	r.dep = h
 	if r.dep.Workers == nil {
 		r.dep.Workers = []Worker{}
 	}

@@ -48,18 +48,6 @@ func newClient(cfg *Config) *client {
 
 func (c *client) close() { c.hc.CloseIdleConnections() }
 
-// healthWire is GET /health.
-type healthWire struct {
-	Status    string    `json:"status"`
-	Reason    string    `json:"reason"`
-	Model     string    `json:"model"`
-	BlockSize int       `json:"block_size"`
-	Policy    string    `json:"policy"`
-	Disagg    string    `json:"disagg"`
-	Workers   []Worker  `json:"workers"`
-	Refused   []Refusal `json:"refused"`
-}
-
 // eventStatus is one worker of GET /admin/events.
 type eventStatus struct {
 	State          string   `json:"state"`
@@ -238,8 +226,8 @@ func httpError(what string, status int, body []byte) error {
 	return fmt.Errorf("preflight: %s: HTTP %d: %s", what, status, msg)
 }
 
-func (c *client) health(ctx context.Context) (healthWire, error) {
-	var h healthWire
+func (c *client) health(ctx context.Context) (Deployment, error) {
+	var h Deployment
 	// 503 means "unavailable" and still carries the body that says why.
 	err := c.call(ctx, http.MethodGet, "/health", false, nil, &h, http.StatusServiceUnavailable)
 	return h, err
