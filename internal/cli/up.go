@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
@@ -185,7 +186,10 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	return ExitOK
 }
 
-// waitRoutable waits until the frontend sees n workers in the registry.
+// waitRoutable waits until the frontend sees n workers in the registry,
+// for at most a minute.
 func waitRoutable(ctx context.Context, fe *node.Frontend, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	return fe.WaitWorkers(ctx, n)
 }

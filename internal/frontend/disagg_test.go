@@ -81,8 +81,9 @@ func TestDisaggRemotePrefill(t *testing.T) {
 	}
 	p.mu.Lock()
 	d.mu.Lock()
-	if p.reqIDs[0] != "req-42" || d.reqIDs[0] != "req-42" {
-		t.Errorf("request ids p=%q d=%q, want req-42 on both", p.reqIDs[0], d.reqIDs[0])
+	// Both halves carry the same id, the client's made unique.
+	if p.reqIDs[0] != d.reqIDs[0] || !strings.HasPrefix(p.reqIDs[0], "req-42.") {
+		t.Errorf("request ids p=%q d=%q, want the same id starting with req-42.", p.reqIDs[0], d.reqIDs[0])
 	}
 	d.mu.Unlock()
 	p.mu.Unlock()

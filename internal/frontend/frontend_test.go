@@ -157,6 +157,9 @@ func TestValidation(t *testing.T) {
 		{"negative temperature", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","temperature":-0.1}`, 400, "temperature"},
 		{"top_p zero", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","top_p":0}`, 400, "top_p"},
 		{"top_p above 1", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"x"}],"top_p":1.5}`, 400, "top_p"},
+		{"client kv_transfer_params", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.1"}}`, 400, "kv_transfer_params"},
+		{"batched prompts", "/v1/completions", `{"model":"qwen3-0.6b","prompt":["a","b"]}`, 400, "prompt"},
+		{"unknown role", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"bogus","content":"x"}]}`, 400, "messages"},
 		{"image content part", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}]}`, 400, "messages"},
 		{"body too large", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"` + strings.Repeat("x", 2000) + `"}`, 413, ""},
 	}

@@ -87,6 +87,12 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			return
 		}
 		reqID := w.Header().Get(headerRequestID) // set by Handler before any route runs
+		if r.Header.Get(headerRequestID) == reqID {
+			// The client chose it, so it need not be unique; load tracking
+			// and gate decisions are keyed by it. Keep the client's id first
+			// for correlation and make it unique.
+			reqID += "." + s.newRequestID()
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		if aerr := s.serve(ctx, w, r, ep, pr, reqID, pin, start); aerr != nil {

@@ -86,6 +86,11 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		return nil, badRequest("", "frontend: request body is not valid JSON: %v", err)
 	}
 	req := &pr.req
+	if req.KVTransferParams != nil {
+		// The frontend sets these for disaggregated serving. From a client
+		// they would make a worker pin blocks or dial any host.
+		return nil, badRequest("kv_transfer_params", "frontend: kv_transfer_params is set by the frontend for disaggregated serving; clients may not send it")
+	}
 	if req.Model == "" {
 		return nil, badRequest("model", "frontend: model is required")
 	}

@@ -149,6 +149,21 @@ type LinkEstimate struct {
 	Samples     int
 }
 
+// Forget drops every link from or to worker (it left the deployment), and
+// its throughput gauge series.
+func (e *LinkEstimator) Forget(worker string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for l := range e.links {
+		if l.From == worker || l.To == worker {
+			delete(e.links, l)
+			if e.gauge != nil {
+				e.gauge.DeleteLabelValues(l.From, l.To)
+			}
+		}
+	}
+}
+
 // Snapshot lists every known link, for preflight and debugging.
 func (e *LinkEstimator) Snapshot() []LinkEstimate {
 	e.mu.RLock()

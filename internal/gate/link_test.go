@@ -131,3 +131,21 @@ func TestProbeReplacesEstimate(t *testing.T) {
 		t.Errorf("after a transfer: %v, want 1e8", bps)
 	}
 }
+
+func TestForgetDropsLinks(t *testing.T) {
+	g := newGate(t, Config{})
+	e := g.Links()
+	e.ObserveProbe("p", "d1", 1e8, time.Millisecond)
+	e.ObserveProbe("p", "d2", 1e8, time.Millisecond)
+	e.ObserveProbe("q", "d1", 1e8, time.Millisecond)
+	e.Forget("d1")
+	if _, _, ok := e.Estimate("p", "d1"); ok {
+		t.Error("p→d1 still known after Forget(d1)")
+	}
+	if _, _, ok := e.Estimate("p", "d2"); !ok {
+		t.Error("p→d2 lost by Forget(d1)")
+	}
+	if n := len(e.Snapshot()); n != 1 {
+		t.Errorf("%d links left, want 1", n)
+	}
+}

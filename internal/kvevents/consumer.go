@@ -83,10 +83,12 @@ type Consumer struct {
 	runMu   sync.RWMutex
 	stopped bool
 
-	malformed  atomic.Uint64 // all undecodable messages, known worker or not
-	malLogMu   sync.Mutex
-	malLogLast time.Time
-	malLogSupp int
+	malformed atomic.Uint64 // all undecodable messages, known worker or not
+
+	unregistered atomic.Uint64 // batches of workers the registry does not list (RegisteredOnly)
+	malLogMu     sync.Mutex
+	malLogLast   time.Time
+	malLogSupp   int
 
 	// unknownScratch decodes messages from workers not seen before; only
 	// the NATS delivery goroutine uses it.
@@ -212,6 +214,12 @@ func (c *Consumer) handle(subject string, data []byte, now time.Time) {
 	c.mu.RLock()
 	w := c.workers[id]
 	c.mu.RUnlock()
+	if w == nil && c.cfg.RegisteredOnly {
+		// No state for workers the registry does not list: a refused or
+		// departed worker must not reappear (in health, metrics or index).
+		c.unregistered.Add(1)
+		return
+	}
 	if w == nil {
 		// Decode before creating state, so garbage cannot create workers.
 		if err := DecodeBatch(data, &c.unknownScratch); err != nil {
@@ -272,13 +280,6 @@ func (c *Consumer) applyLocked(w *worker, b *Batch, now time.Time) {
 	w.lastSeen = now
 	if w.expected && !w.enabled {
 		w.h.Stale++
-		return
-	}
-	if c.cfg.RegisteredOnly && !w.expected {
-		w.h.Stale++
-		if w.state != StateResyncing || w.cause != causeUnregistered {
-			w.state, w.cause = StateResyncing, causeUnregistered
-		}
 		return
 	}
 	if w.needResync {
@@ -395,9 +396,6 @@ func (c *Consumer) setStateLocked(w *worker, s State, cause string, now time.Tim
 	w.logLast, w.logSupp, w.logState = now, 0, s
 }
 
-// causeUnregistered explains events ignored under RegisteredOnly.
-const causeUnregistered = "events from a worker the registry does not list (not yet registered, or refused); ignored"
-
 func (c *Consumer) snapshotWorkers() []*worker {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -510,7 +508,13 @@ func (c *Consumer) installLocked(w *worker, s *Snapshot, now time.Time) bool {
 			again = true
 			break
 		}
-		c.applyEventsLocked(w, b)
+		if !c.applyEventsLocked(w, b) {
+			// The index refused the worker mid-replay: not in sync.
+			w.pending = w.pending[:0]
+			w.retryAt = now.Add(time.Second)
+			c.setStateLocked(w, StateResyncing, "kv index refused the worker (worker limit reached)", now)
+			return true // stop this round; startResyncs retries after retryAt
+		}
 		w.lastSeq = b.Seq
 	}
 	if again {
@@ -583,6 +587,21 @@ func (c *Consumer) Forget(workerID string) {
 	w.mu.Unlock()
 }
 
+// HealthOf returns one worker's health, or false if it is not known. It
+// locks only that worker, unlike HealthAll.
+func (c *Consumer) HealthOf(workerID string) (WorkerHealth, bool) {
+	c.mu.RLock()
+	w := c.workers[workerID]
+	c.mu.RUnlock()
+	if w == nil {
+		return WorkerHealth{}, false
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.healthLocked(now), true
+}
+
 // Health returns worker's state; StateUnknown if never heard of.
 func (c *Consumer) Health(workerID string) State {
 	c.mu.RLock()
@@ -616,6 +635,10 @@ func (w *worker) healthLocked(now time.Time) WorkerHealth {
 }
 
 // Malformed counts every rejected message, whether or not its worker is known.
+// Unregistered counts batches ignored under RegisteredOnly because the
+// registry did not list their worker.
+func (c *Consumer) Unregistered() uint64 { return c.unregistered.Load() }
+
 func (c *Consumer) Malformed() uint64 { return c.malformed.Load() }
 
 // Register adds the consumer's metrics to reg:

@@ -25,12 +25,12 @@ func TestRegisteredOnlyIgnoresUnlistedWorkers(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		w.eng.step(4)
 	}
-	eventually(t, 5*time.Second, "unlisted worker's batches counted as stale", func() bool { return c.HealthAll()["w1"].Stale >= 3 })
+	eventually(t, 5*time.Second, "unlisted worker's batches ignored", func() bool { return c.Unregistered() >= 3 })
 	if got := idx.sorted("w1"); len(got) != 0 {
 		t.Fatalf("unlisted worker reached the index: %d blocks", len(got))
 	}
-	if h := c.HealthAll()["w1"]; h.State == StateHealthy || !strings.Contains(h.Cause, "registry does not list") {
-		t.Errorf("unlisted worker health = %+v", h)
+	if _, known := c.HealthAll()["w1"]; known {
+		t.Errorf("unlisted worker has health state: %+v", c.HealthAll()["w1"])
 	}
 	c.SetExpected("w1", true)
 	inSync(t, c, idx, "w1", w.eng)
@@ -70,6 +70,9 @@ func TestExpectEpochResyncs(t *testing.T) {
 	inSync(t, c, idx, "w1", w.eng)
 	before := c.HealthAll()["w1"].Resyncs
 	c.ExpectEpoch("w1", w.pub.Epoch()) // the same epoch: nothing to do
+	if h := c.HealthAll()["w1"]; h.State != StateHealthy || h.Resyncs != before {
+		t.Fatalf("same epoch triggered a resync: %+v", h)
+	}
 	c.ExpectEpoch("w1", w.pub.Epoch()+1)
 	eventually(t, 5*time.Second, "resync after a newer registry epoch", func() bool { return c.HealthAll()["w1"].Resyncs > before })
 }

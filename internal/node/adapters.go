@@ -87,7 +87,7 @@ func (a adapters) SetPolicy(name string) error { return a.f.router.SetPolicy(nam
 
 // EventStatus is the worker's KV-event health.
 func (a adapters) EventStatus(id string) (frontend.EventStatus, bool) {
-	h, ok := a.f.consumer.HealthAll()[id]
+	h, ok := a.f.consumer.HealthOf(id)
 	if !ok {
 		return frontend.EventStatus{}, false
 	}
@@ -121,10 +121,7 @@ func (a adapters) gateInput(mode gate.Mode, n, cachedD, cachedP int, d, p bus.Wo
 			in.RunningDecodesD = l.Running
 			if l.Running > 0 {
 				var w perfmodel.Work
-				ctx := 0
-				if l.Running > 0 {
-					ctx = l.ActiveDecodeBlocks * d.BlockSize / l.Running
-				}
+				ctx := l.ActiveDecodeBlocks * d.BlockSize / l.Running
 				for i := 0; i < l.Running; i++ {
 					w.Add(1, ctx)
 				}

@@ -144,3 +144,49 @@ func hashesOf(t *testing.T, body map[string]any) []uint64 {
 	}
 	return kvindex.HashChain(nil, "", tk.Encode(body["prompt"].(string)), 16)
 }
+
+// TestFrontendStartsAfterWorkers: a frontend (re)started against a live
+// deployment picks up the workers already registered.
+func TestFrontendStartsAfterWorkers(t *testing.T) {
+	ctx := context.Background()
+	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { emb.Close() })
+	nc, err := bus.Connect(ctx, emb.ClientURL(), t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	subj, _ := bus.NewSubjects("late")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, spec := range []workerSpec{{id: "p1", role: bus.RolePrefill}, {id: "d1", role: bus.RoleDecode}} {
+		w, err := StartWorker(ctx, WorkerConfig{Sim: sim.Config{ID: spec.id, Role: spec.role, Speedup: 50}, HTTPAddr: "127.0.0.1:0", NC: nc, Subjects: subj, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+	}
+	fe, err := StartFrontend(ctx, FrontendConfig{HTTPAddr: "127.0.0.1:0", NC: nc, Subjects: subj, Model: "qwen3-0.6b", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fe.Close() })
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := fe.WaitWorkers(wctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	// The pair registered before the frontend is still probed.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if st, ok := (adapters{fe}).Link("p1", "d1"); ok && st.Measured {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("link p1 → d1 never probed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

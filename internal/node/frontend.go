@@ -85,6 +85,10 @@ type Frontend struct {
 	decisions map[string]gate.Decision
 
 	changed chan struct{} // signalled (non-blocking) on every registry change
+	// probeKick asks the prober goroutine to look for new prefill → decode
+	// pairs. onChange only signals it: it runs on the watcher's goroutine,
+	// also during WatchWorkers, before f.watcher is set.
+	probeKick chan struct{}
 
 	runCtx context.Context
 	cancel context.CancelFunc
@@ -110,8 +114,9 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	f = &Frontend{
 		cfg: cfg, log: cfg.Logger.With("component", "frontend"),
 		loads: map[string]bus.LoadReport{}, decisions: map[string]gate.Decision{},
-		client:  &http.Client{Timeout: 5 * time.Minute},
-		changed: make(chan struct{}, 1),
+		client:    &http.Client{Timeout: 5 * time.Minute},
+		changed:   make(chan struct{}, 1),
+		probeKick: make(chan struct{}, 1),
 	}
 	f.runCtx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
@@ -145,6 +150,18 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	}
 	f.goRun("kv events", func() error { return f.consumer.Run(f.runCtx) })
 
+	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: f.log})
+	if err != nil {
+		return nil, err
+	}
+	if f.watcher, err = reg.WatchWorkers(f.runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log}); err != nil {
+		return nil, err
+	}
+	if err = f.watcher.Register(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("node: registry metrics: %w", err)
+	}
+	// Load and transfer reports are accepted only from registered workers,
+	// so they subscribe once the watcher exists.
 	sub, err := bus.SubscribeLoad(cfg.NC, cfg.Subjects, f.observeLoad)
 	if err != nil {
 		return nil, err
@@ -156,19 +173,19 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	}
 	f.subs = append(f.subs, sub)
 
-	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: f.log})
-	if err != nil {
-		return nil, err
-	}
-	if f.watcher, err = reg.WatchWorkers(f.runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log}); err != nil {
-		return nil, err
-	}
-	if err = f.watcher.Register(cfg.Registry); err != nil {
-		return nil, fmt.Errorf("node: registry metrics: %w", err)
-	}
-	for _, w := range f.watcher.Workers() {
-		f.onChange(bus.Change{Kind: bus.WorkerAdded, Worker: w})
-	}
+	// WatchWorkers has delivered the existing entries to onChange already;
+	// from here on the watcher is set, so new pairs can be probed.
+	f.goRun("link probes", func() error {
+		for {
+			select {
+			case <-f.runCtx.Done():
+				return nil
+			case <-f.probeKick:
+				f.probeNewLinks()
+			}
+		}
+	})
+	f.kickProbes()
 
 	a := adapters{f}
 	f.server, err = frontend.New(frontend.Config{
@@ -208,10 +225,8 @@ func (f *Frontend) goRun(what string, fn func() error) {
 }
 
 // WaitWorkers waits until at least n workers are routable and their KV
-// events (where enabled) are healthy, or ctx ends, or 60 s pass.
+// events (where enabled) are healthy, or ctx ends.
 func (f *Frontend) WaitWorkers(ctx context.Context, n int) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond) // event health changes without a registry change
 	defer tick.Stop()
 	for {
@@ -247,7 +262,12 @@ func (f *Frontend) Close() error {
 	}
 	if f.http != nil {
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = f.http.Shutdown(shut)
+		if err := f.http.Shutdown(shut); err != nil {
+			// Streams still open after 5 s are cut: they end with an
+			// error the client sees, rather than outliving the components
+			// they use.
+			_ = f.http.Close()
+		}
 		cancel()
 	}
 	f.cancel()
@@ -275,10 +295,11 @@ func (f *Frontend) onChange(c bus.Change) {
 	case bus.WorkerAdded, bus.WorkerUpdated:
 		f.consumer.SetExpected(id, c.Worker.KVEventsEnabled)
 		f.consumer.ExpectEpoch(id, c.Worker.Epoch)
-		f.probeNewLinks()
+		f.kickProbes()
 	case bus.WorkerRemoved, bus.WorkerRefused:
 		f.consumer.Forget(id)
 		f.router.Forget(id)
+		f.gate.Links().Forget(id)
 		f.loadMu.Lock()
 		delete(f.loads, id)
 		f.loadMu.Unlock()
@@ -286,6 +307,9 @@ func (f *Frontend) onChange(c bus.Change) {
 }
 
 func (f *Frontend) observeLoad(r bus.LoadReport) {
+	if _, ok := f.watcher.Worker(r.WorkerID); !ok {
+		return // a departed or unknown worker must not leave state behind
+	}
 	f.loadMu.Lock()
 	f.loads[r.WorkerID] = r
 	f.loadMu.Unlock()
@@ -309,7 +333,21 @@ func (f *Frontend) observeTransfer(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &t); err != nil || t.From == "" || t.To == "" || t.Seconds <= 0 || t.Bytes <= 0 {
 		return
 	}
+	// Only links between registered workers: a report naming anything else
+	// would grow the estimator (and its metric labels) without bound.
+	p, okP := f.watcher.Worker(t.From)
+	d, okD := f.watcher.Worker(t.To)
+	if !okP || !okD || p.Role != bus.RolePrefill || d.Role != bus.RoleDecode {
+		return
+	}
 	f.gate.Links().Observe(t.From, t.To, t.Bytes, time.Duration(t.Seconds*float64(time.Second)))
+}
+
+func (f *Frontend) kickProbes() {
+	select {
+	case f.probeKick <- struct{}{}:
+	default:
+	}
 }
 
 // probeNewLinks measures every prefill → decode pair the gate has not seen,

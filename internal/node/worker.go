@@ -53,6 +53,7 @@ type Worker struct {
 	srv    *http.Server
 	xfer   *kvxfer.Server
 	pub    *kvevents.Publisher
+	regMu  sync.Mutex // guards reg: a failing goroutine may stop the worker while it registers
 	reg    *bus.Registration
 	url    string
 	info   bus.WorkerInfo
@@ -172,7 +173,12 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		})
 		reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log})
 		if err == nil {
-			w.reg, err = reg.Register(runCtx, w.info)
+			var g *bus.Registration
+			if g, err = reg.Register(runCtx, w.info); err == nil {
+				w.regMu.Lock()
+				w.reg = g
+				w.regMu.Unlock()
+			}
 		}
 		if err != nil {
 			w.Close()
@@ -296,8 +302,11 @@ func (w *Worker) Err() error {
 
 func (w *Worker) stop() {
 	w.once.Do(func() {
-		if w.reg != nil {
-			_ = w.reg.Close() // deregister first, so no new requests arrive
+		w.regMu.Lock()
+		g := w.reg
+		w.regMu.Unlock()
+		if g != nil {
+			_ = g.Close() // deregister first, so no new requests arrive
 		}
 		w.cancel() // the engine stops, ending streaming handlers
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)

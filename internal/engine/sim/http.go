@@ -244,6 +244,17 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		return
 	}
 	defer st.Close()
+	// A prefill for remote decode pins its blocks when it finishes; if the
+	// client goes away before they are handed to a lease, nothing else will
+	// ever release them.
+	leased := false
+	if g.remoteDec {
+		defer func() {
+			if p := st.Result().Pinned; p != nil && !leased {
+				p.Release()
+			}
+		}()
+	}
 	if req.Stream {
 		w.stream(ctx, rw, st, reqID, chat, req)
 		return
@@ -263,6 +274,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	res := st.Result()
 	var kvp map[string]any
 	if g.remoteDec {
+		leased = true // lease owns the pin from here, success or not
 		if kvp, aerr = w.lease(reqID, res.Pinned); aerr != nil {
 			writeErr(rw, aerr)
 			return
