@@ -83,7 +83,11 @@ type Router interface {
 // the router sees load between the workers' own load reports. Calls for one
 // request come in the order Started, FirstToken (at most once), Finished.
 type InFlight interface {
-	Started(workerID, requestID string, prefillBlocks int)
+	// Started: prefillBlocks are the prompt blocks the worker must compute;
+	// promptBlocks are all the blocks the request holds on the worker once
+	// it decodes (cached ones included), as the worker's own load reports
+	// count them.
+	Started(workerID, requestID string, prefillBlocks, promptBlocks int)
 	FirstToken(workerID, requestID string)
 	Finished(workerID, requestID string)
 }

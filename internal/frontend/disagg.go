@@ -29,7 +29,7 @@ func (s *Server) remotePrefill(ctx context.Context, ep endpoint, pr *parsedReque
 		return nil, err
 	}
 	if s.deps.InFlight != nil {
-		s.deps.InFlight.Started(p.ID, reqID, len(pr.hashes))
+		s.deps.InFlight.Started(p.ID, reqID, len(pr.hashes), len(pr.hashes))
 		defer s.deps.InFlight.Finished(p.ID, reqID)
 	}
 	ctr := s.inflightCounter(p.ID)

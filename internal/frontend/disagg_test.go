@@ -194,9 +194,9 @@ func TestRelayStreamAllocs(t *testing.T) {
 
 type nopInFlight struct{}
 
-func (nopInFlight) Started(string, string, int) {}
-func (nopInFlight) FirstToken(string, string)   {}
-func (nopInFlight) Finished(string, string)     {}
+func (nopInFlight) Started(string, string, int, int) {}
+func (nopInFlight) FirstToken(string, string)        {}
+func (nopInFlight) Finished(string, string)          {}
 
 // Compile-time check that the fake is a valid ResponseWriter flusher chain.
 var _ http.Flusher = (*statusWriter)(nil)

@@ -354,7 +354,7 @@ func (f *fakeInFlight) add(s string) {
 	f.events = append(f.events, s)
 	f.mu.Unlock()
 }
-func (f *fakeInFlight) Started(w, id string, blocks int) {
+func (f *fakeInFlight) Started(w, id string, blocks, _ int) {
 	f.add(fmt.Sprintf("start %s %d", w, blocks))
 }
 func (f *fakeInFlight) FirstToken(w, id string) { f.add("first " + w) }

@@ -69,7 +69,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	defer idle.Stop()
 
 	if s.deps.InFlight != nil {
-		s.deps.InFlight.Started(wk.ID, reqID, max(0, len(pr.hashes)-rt.overlap))
+		s.deps.InFlight.Started(wk.ID, reqID, max(0, len(pr.hashes)-rt.overlap), len(pr.hashes))
 		defer s.deps.InFlight.Finished(wk.ID, reqID)
 	}
 	ctr := s.inflightCounter(wk.ID)

@@ -50,6 +50,10 @@ type Index struct {
 	ids   map[string]WorkerID
 	free  []WorkerID               // dropped IDs, reused after fresh ones run out
 	names atomic.Pointer[[]string] // by WorkerID; copy-on-write so lookups read it without a lock
+
+	// held counts each worker's entries, by WorkerID: how much of its cache
+	// the index says is in use (256 KiB for MaxWorkers counters).
+	held [MaxWorkers + 1]atomic.Int64
 }
 
 // New returns an empty Index.
@@ -195,6 +199,7 @@ func (x *Index) apply(hashes []uint64, id WorkerID, store bool) {
 		s.seq.Add(1)
 		s.mu.Unlock()
 		s.pairs.Add(delta)
+		x.held[id].Add(delta)
 		i = j
 	}
 }
@@ -246,6 +251,7 @@ func (x *Index) clearID(id WorkerID) {
 		s.mu.Lock()
 		if n := s.without(id, x.topMask); n > 0 {
 			s.pairs.Add(int64(-n))
+			x.held[id].Add(int64(-n))
 		}
 		s.mu.Unlock()
 	}
@@ -261,6 +267,7 @@ func (x *Index) DropWorker(worker string) {
 		return
 	}
 	x.clearID(id)
+	x.held[id].Store(0)
 	delete(x.ids, worker)
 	old := *x.names.Load()
 	names := make([]string, len(old))
@@ -268,6 +275,18 @@ func (x *Index) DropWorker(worker string) {
 	names[id] = ""
 	x.names.Store(&names)
 	x.free = append(x.free, id)
+}
+
+// WorkerBlocks returns how many blocks the index says worker holds (0 for
+// an unknown worker). Cost: one map lookup under a read lock.
+func (x *Index) WorkerBlocks(worker string) int {
+	x.mu.RLock()
+	id, ok := x.ids[worker]
+	x.mu.RUnlock()
+	if !ok {
+		return 0
+	}
+	return int(x.held[id].Load())
 }
 
 // Entries returns the number of (block, worker) entries. It is exact when no

@@ -319,3 +319,29 @@ func TestConcurrentApplyAndLookup(t *testing.T) {
 		t.Errorf("%d lookups lost the stable worker's chain", n)
 	}
 }
+
+func TestWorkerBlocks(t *testing.T) {
+	x := New(Config{})
+	x.Store("a", []uint64{1, 2, 3})
+	x.Store("a", []uint64{3, 4}) // 3 again: not counted twice
+	x.Store("b", []uint64{1})
+	if got := x.WorkerBlocks("a"); got != 4 {
+		t.Errorf("a holds %d, want 4", got)
+	}
+	x.Remove("a", []uint64{1, 9})
+	if got := x.WorkerBlocks("a"); got != 3 {
+		t.Errorf("after remove: a holds %d, want 3", got)
+	}
+	x.Clear("a")
+	if got, b := x.WorkerBlocks("a"), x.WorkerBlocks("b"); got != 0 || b != 1 {
+		t.Errorf("after clear: a %d b %d, want 0 and 1", got, b)
+	}
+	x.DropWorker("b")
+	x.Store("c", []uint64{7}) // may reuse b's ID
+	if got := x.WorkerBlocks("c"); got != 1 {
+		t.Errorf("new worker c holds %d, want 1", got)
+	}
+	if got := x.WorkerBlocks("nobody"); got != 0 {
+		t.Errorf("unknown worker holds %d", got)
+	}
+}

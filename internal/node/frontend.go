@@ -318,6 +318,7 @@ func (f *Frontend) observeLoad(r bus.LoadReport) {
 		QueuedPrefillBlocks: (r.QueuedPrefillTokens + bs - 1) / bs,
 		ActiveDecodeBlocks:  r.ActiveDecodeBlocks,
 		Running:             r.Running, Waiting: r.Waiting,
+		TakenAt: time.Unix(0, r.UnixNano),
 	})
 }
 

@@ -37,6 +37,10 @@ type Load struct {
 	QueuedPrefillBlocks int // prompt blocks waiting for or in prefill
 	ActiveDecodeBlocks  int // KV blocks of requests that are decoding
 	InFlight            int // requests
+	// CachedBlocks is how many blocks the prefix index says the worker
+	// caches: the last tie-breaker of kv before rotation, so that a new
+	// prefix goes where the cache is emptiest.
+	CachedBlocks int
 }
 
 // Blocks is the load the policies compare: queued prefill plus active decode.
@@ -246,14 +250,19 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 	b := len(req.Hashes)
 	n := len(workers)
 	start := int((p.rot.next(workers) + 1) % uint64(n))
-	best, bestCost, bestLoad, bestOv, bestApprox := -1, 0.0, 0, 0, false
+	best, bestCost, bestLoad, bestCached, bestOv, bestApprox := -1, 0.0, 0, 0, 0, false
 	for k := 0; k < n; k++ {
 		i := (start + k) % n
 		o, approx := ov.Overlap(i)
 		c := p.Cost(b, o, workers[i].Load)
 		l := workers[i].Load.Blocks()
-		if best < 0 || c < bestCost || (c == bestCost && l < bestLoad) {
-			best, bestCost, bestLoad, bestOv, bestApprox = i, c, l, o, approx
+		cached := workers[i].Load.CachedBlocks
+		// Ties go to the least loaded, then to the emptiest cache (a cold
+		// prefix placed by rotation alone can pile up on one worker and
+		// thrash its cache: seen in the e2e routing table as 48 of 60
+		// hits), then rotate.
+		if best < 0 || c < bestCost || (c == bestCost && (l < bestLoad || (l == bestLoad && cached < bestCached))) {
+			best, bestCost, bestLoad, bestCached, bestOv, bestApprox = i, c, l, cached, o, approx
 		}
 	}
 	reason := ReasonNoOverlap

@@ -135,6 +135,11 @@ func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 	defer r.pool.Put(s)
 	s.ws = append(s.ws[:0], candidates...)
 	r.load.fill(s.ws, now)
+	if r.index != nil {
+		for i := range s.ws {
+			s.ws[i].Load.CachedBlocks = r.index.WorkerBlocks(s.ws[i].ID)
+		}
+	}
 	r.overlaps(s, req.Hashes, now)
 
 	p := *r.policy.Load()
@@ -206,8 +211,13 @@ func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
 // Started records that a request with prefillBlocks prompt blocks to
 // compute was sent to worker. Calls for one request come in the order
 // Started, FirstToken (at most once), Finished; unknown requests are ignored.
-func (r *Router) Started(worker, requestID string, prefillBlocks int) {
-	r.load.started(worker, requestID, prefillBlocks)
+//
+// promptBlocks is what the request holds on the worker while it decodes,
+// cached prefix included: the worker's load reports count that, so it is
+// what comes off a report that predates the request's end. The tracked load
+// itself counts only prefillBlocks (see the package doc).
+func (r *Router) Started(worker, requestID string, prefillBlocks, promptBlocks int) {
+	r.load.started(worker, requestID, prefillBlocks, promptBlocks)
 }
 
 // FirstToken records that the request's prefill is done: its blocks move

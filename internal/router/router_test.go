@@ -132,8 +132,8 @@ func TestApproxIndexIsBounded(t *testing.T) {
 
 func TestLoadTracking(t *testing.T) {
 	r, clk := newTestRouter(t, Config{LoadReportTTL: time.Second})
-	r.Started("a", "r1", 10)
-	r.Started("a", "r2", 4)
+	r.Started("a", "r1", 10, 10)
+	r.Started("a", "r2", 4, 4)
 	if got, want := r.Load("a"), (Load{QueuedPrefillBlocks: 14, InFlight: 2}); got != want {
 		t.Errorf("after start: %+v, want %+v", got, want)
 	}
@@ -286,7 +286,7 @@ func TestConcurrentPicks(t *testing.T) {
 					return
 				}
 				id := fmt.Sprintf("g%d-%d", g, i)
-				r.Started(d.Worker, id, 6)
+				r.Started(d.Worker, id, 6, 6)
 				idx.Store(d.Worker, h)
 				r.FirstToken(d.Worker, id)
 				r.Finished(d.Worker, id)
@@ -373,7 +373,7 @@ func simulate(t *testing.T, policy string, useApprox bool) float64 {
 		var w int
 		fmt.Sscanf(d.Worker, "w%d", &w)
 		id := fmt.Sprint(i)
-		r.Started(d.Worker, id, len(h)-d.OverlapBlocks)
+		r.Started(d.Worker, id, len(h)-d.OverlapBlocks, len(h))
 		hit += workers[w].serve(h)
 		total += len(h)
 		r.FirstToken(d.Worker, id)
