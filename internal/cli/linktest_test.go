@@ -52,29 +52,6 @@ func TestParseSize(t *testing.T) {
 	}
 }
 
-func TestLinktestUsageErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"bad size", []string{"linktest", "--bytes", "lots"}, "--bytes"},
-		{"too big", []string{"linktest", "--bytes", "2GiB"}, "at most 1GiB"},
-		{"zero", []string{"linktest", "--bytes", "0"}, "more than 0"},
-		{"bad url", []string{"linktest", "--url", "localhost:8000"}, "--url"},
-		{"stray argument", []string{"linktest", "now"}, "unexpected argument"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var out, errb bytes.Buffer
-			code := Main(context.Background(), tt.args, nil, &out, &errb)
-			if code != ExitUsage || !strings.Contains(errb.String(), tt.want) {
-				t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), ExitUsage, tt.want)
-			}
-		})
-	}
-}
-
 // startLinkCluster runs a real deployment in-process: embedded NATS, a
 // frontend, one prefill worker whose KV transfer server is shaped to rate,
 // and one decode worker.

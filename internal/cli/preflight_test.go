@@ -13,30 +13,6 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/preflight/preflighttest"
 )
 
-func TestPreflightUsageErrors(t *testing.T) {
-	tests := []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"bad url", []string{"preflight", "--url", "localhost:8000"}, "--url"},
-		{"bad lengths", []string{"preflight", "--prompt-tokens", "1500,x"}, "--prompt-tokens"},
-		{"no lengths", []string{"preflight", "--prompt-tokens", ""}, "--prompt-tokens"},
-		{"ratio", []string{"preflight", "--min-hit-ratio", "1.5"}, "--min-hit-ratio"},
-		{"unknown flag", []string{"preflight", "--fast"}, "flag provided but not defined"},
-		{"stray argument", []string{"preflight", "now"}, "unexpected argument"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var out, errb bytes.Buffer
-			code := Main(context.Background(), tt.args, nil, &out, &errb)
-			if code != ExitUsage || !strings.Contains(errb.String(), tt.want) {
-				t.Errorf("exit %d, stderr %q; want %d and %q", code, errb.String(), ExitUsage, tt.want)
-			}
-		})
-	}
-}
-
 func TestPreflightUnreachable(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

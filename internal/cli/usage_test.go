@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+// TestUsageErrors: every malformed command line exits 2 with a message
+// naming what to fix, before anything runs.
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad size", []string{"linktest", "--bytes", "lots"}, "--bytes"},
+		{"too big", []string{"linktest", "--bytes", "2GiB"}, "at most 1GiB"},
+		{"zero", []string{"linktest", "--bytes", "0"}, "more than 0"},
+		{"bad url", []string{"linktest", "--url", "localhost:8000"}, "--url"},
+		{"stray argument", []string{"linktest", "now"}, "unexpected argument"},
+		{"bad url", []string{"preflight", "--url", "localhost:8000"}, "--url"},
+		{"bad lengths", []string{"preflight", "--prompt-tokens", "1500,x"}, "--prompt-tokens"},
+		{"no lengths", []string{"preflight", "--prompt-tokens", ""}, "--prompt-tokens"},
+		{"ratio", []string{"preflight", "--min-hit-ratio", "1.5"}, "--min-hit-ratio"},
+		{"unknown flag", []string{"preflight", "--fast"}, "flag provided but not defined"},
+		{"stray argument", []string{"preflight", "now"}, "unexpected argument"},
+		{"up: no workers", []string{"up", "--workers", "0"}, "--workers"},
+		{"up: link rate without prefill", []string{"up", "--link-rate", "1gbit"}, "--prefill-workers"},
+		{"worker: bad role", []string{"worker", "--role", "chef"}, "--role"},
+		{"unknown command", []string{"launch"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := Main(context.Background(), tt.args, nil, &out, &errb)
+			if code != ExitUsage || !strings.Contains(errb.String(), tt.want) {
+				t.Errorf("%v: exit %d, stderr %q; want %d and %q", tt.args, code, errb.String(), ExitUsage, tt.want)
+			}
+		})
+	}
+}
