@@ -90,8 +90,8 @@ type Frontend struct {
 	// also during WatchWorkers, before f.watcher is set.
 	probeKick chan struct{}
 
-	runCtx context.Context
-	cancel context.CancelFunc
+	cancel context.CancelFunc // stops every goroutine below
+	done   <-chan struct{}    // closed when cancel is called
 	wg     sync.WaitGroup
 	subs   []*nats.Subscription
 }
@@ -118,7 +118,10 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 		changed:   make(chan struct{}, 1),
 		probeKick: make(chan struct{}, 1),
 	}
-	f.runCtx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	// The frontend outlives the ctx it was started with (that one bounds
+	// start-up only); runCtx ends at Close.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f.cancel, f.done = cancel, runCtx.Done()
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -148,13 +151,13 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	if err = f.consumer.Register(cfg.Registry); err != nil {
 		return nil, fmt.Errorf("node: event metrics: %w", err)
 	}
-	f.goRun("kv events", func() error { return f.consumer.Run(f.runCtx) })
+	f.goRun("kv events", func() error { return f.consumer.Run(runCtx) })
 
 	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: f.log})
 	if err != nil {
 		return nil, err
 	}
-	if f.watcher, err = reg.WatchWorkers(f.runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log}); err != nil {
+	if f.watcher, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log}); err != nil {
 		return nil, err
 	}
 	if err = f.watcher.Register(cfg.Registry); err != nil {
@@ -178,10 +181,10 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	f.goRun("link probes", func() error {
 		for {
 			select {
-			case <-f.runCtx.Done():
+			case <-runCtx.Done():
 				return nil
 			case <-f.probeKick:
-				f.probeNewLinks()
+				f.probeNewLinks(runCtx)
 			}
 		}
 	})
@@ -218,7 +221,7 @@ func (f *Frontend) goRun(what string, fn func() error) {
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		if err := fn(); err != nil && f.runCtx.Err() == nil {
+		if err := fn(); err != nil && !f.closed() {
 			f.log.Error("frontend component stopped", "component", what, "err", err)
 		}
 	}()
@@ -344,6 +347,15 @@ func (f *Frontend) observeTransfer(m *nats.Msg) {
 	f.gate.Links().Observe(t.From, t.To, t.Bytes, time.Duration(t.Seconds*float64(time.Second)))
 }
 
+func (f *Frontend) closed() bool {
+	select {
+	case <-f.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (f *Frontend) kickProbes() {
 	select {
 	case f.probeKick <- struct{}{}:
@@ -353,7 +365,7 @@ func (f *Frontend) kickProbes() {
 
 // probeNewLinks measures every prefill → decode pair the gate has not seen,
 // in the background: an unmeasured link counts as too slow until then.
-func (f *Frontend) probeNewLinks() {
+func (f *Frontend) probeNewLinks(ctx context.Context) {
 	var prefill, decode []bus.WorkerInfo
 	for _, w := range f.watcher.Workers() {
 		switch w.Role {
@@ -372,7 +384,7 @@ func (f *Frontend) probeNewLinks() {
 			f.wg.Add(1)
 			go func() {
 				defer f.wg.Done()
-				ctx, cancel := context.WithTimeout(f.runCtx, 60*time.Second)
+				ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 				defer cancel()
 				if _, err := f.probe(ctx, p, d, f.gate.Config().ProbeBytes); err != nil {
 					links.ProbeFailed(p.ID, d.ID)
