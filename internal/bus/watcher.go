@@ -174,9 +174,12 @@ func maxTime(a, b time.Time) time.Time {
 
 func (w *Watcher) loop(ctx context.Context) {
 	defer close(w.done)
-	defer w.kw.Stop()
+	kw := w.kw // owned by this goroutine from here on
+	defer func() { _ = kw.Stop() }()
 	sweep := time.NewTicker(max(w.r.ttl/10, 20*time.Millisecond))
 	defer sweep.Stop()
+	updates := kw.Updates()
+	var retry <-chan time.Time // set while the watch is down
 	var changes []Change
 	for {
 		changes = changes[:0]
@@ -185,14 +188,28 @@ func (w *Watcher) loop(ctx context.Context) {
 			return
 		case <-w.stop:
 			return
-		case e, ok := <-w.kw.Updates():
+		case e, ok := <-updates:
 			if !ok {
-				w.log.Error("registry watch ended; the worker view is frozen")
-				return
+				// The server ended the watch (e.g. a restart). Entries keep
+				// expiring by TTL in the sweep meanwhile, so a dead worker
+				// still leaves routing; re-establish the watch.
+				w.log.Error("registry watch ended; re-establishing it", "retry_in", time.Second)
+				updates, retry = nil, time.After(time.Second)
+				continue
 			}
 			if e != nil {
 				changes = w.apply(e, time.Now(), changes)
 			}
+		case <-retry:
+			nkw, err := w.r.kv.WatchAll(ctx)
+			if err != nil {
+				w.log.Error("registry watch: re-establishing failed; retrying", "err", err)
+				retry = time.After(time.Second)
+				continue
+			}
+			_ = kw.Stop()
+			kw, updates, retry = nkw, nkw.Updates(), nil
+			w.log.Info("registry watch re-established")
 		case now := <-sweep.C:
 			changes = w.sweep(now, changes)
 		}
