@@ -69,7 +69,8 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	defer idle.Stop()
 
 	if s.deps.InFlight != nil {
-		s.deps.InFlight.Started(wk.ID, reqID, max(0, len(pr.hashes)-rt.overlap), len(pr.hashes))
+		bs := s.cfg.BlockSize
+		s.deps.InFlight.Started(wk.ID, reqID, max(0, len(pr.hashes)-rt.overlap), (len(pr.tokens)+bs-1)/bs)
 		defer s.deps.InFlight.Finished(wk.ID, reqID)
 	}
 	ctr := s.inflightCounter(wk.ID)

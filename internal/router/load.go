@@ -172,12 +172,21 @@ func (t *tracker) fill(ws []Worker, now time.Time) {
 		l := w.tracked
 		if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
 			rep := w.reported
+			subtracted := false
 			for _, f := range w.finished {
 				if f.at.After(w.at.Add(-reportGrace)) {
 					rep.QueuedPrefillBlocks -= f.queued
 					rep.ActiveDecodeBlocks -= f.decoding
 					rep.InFlight--
+					subtracted = true
 				}
+			}
+			if subtracted && rep.InFlight <= 0 {
+				// Every request the report saw has finished since: what
+				// is left of its blocks is rounding (the worker counts
+				// partial and generated blocks), not load. A stray block
+				// here tipped cold prefixes onto the fuller cache.
+				rep.QueuedPrefillBlocks, rep.ActiveDecodeBlocks = 0, 0
 			}
 			l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, rep.QueuedPrefillBlocks)
 			l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, rep.ActiveDecodeBlocks)

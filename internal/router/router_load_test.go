@@ -103,3 +103,21 @@ func TestColdPrefixGoesToEmptiestCache(t *testing.T) {
 		}
 	}
 }
+
+// TestReportResidueDropped: once every request a report saw has finished,
+// its leftover blocks (partial and generated blocks the frontend does not
+// count) are not load.
+func TestReportResidueDropped(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr := newTracker(time.Second, func() time.Time { return now })
+	tr.started("w", "r", 113, 113)
+	tr.firstToken("w", "r")
+	tr.observe("w", LoadReport{ActiveDecodeBlocks: 115, Running: 1}, now) // partial + generated blocks
+	now = now.Add(5 * time.Millisecond)
+	tr.finished("w", "r")
+	ws := []Worker{{ID: "w"}}
+	tr.fill(ws, now)
+	if l := ws[0].Load; l.ActiveDecodeBlocks != 0 {
+		t.Errorf("after the only request finished: %+v, want no decode load", l)
+	}
+}
