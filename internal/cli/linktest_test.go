@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/bus/bustest"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
 	"github.com/switchyard-llm/switchyard/internal/linkemu"
 	"github.com/switchyard-llm/switchyard/internal/node"
@@ -59,16 +60,7 @@ func startLinkCluster(t testing.TB, rate linkemu.Rate, adminKey string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = emb.Close() })
-	nc, err := bus.Connect(ctx, emb.ClientURL(), "linktest-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := bustest.Connect(t, bustest.Server(t, bus.EmbeddedConfig{Host: "127.0.0.1", Port: -1}).ClientURL())
 	subj, err := bus.NewSubjects("linktest")
 	if err != nil {
 		t.Fatal(err)

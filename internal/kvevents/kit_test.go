@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/bus/bustest"
 )
 
 // memIndex is an in-memory IndexWriter: worker → set of hashes.
@@ -118,26 +119,10 @@ func (e *fakeEngine) sorted() []uint64 {
 }
 
 func startNATS(t testing.TB) *bus.Embedded {
-	t.Helper()
-	e, err := bus.StartEmbedded(bus.EmbeddedConfig{DisableJetStream: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	return bustest.Server(t, bus.EmbeddedConfig{DisableJetStream: true})
 }
 
-func dial(t testing.TB, url string) *nats.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, err := bus.Connect(ctx, url, t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
+func dial(t testing.TB, url string) *nats.Conn { return bustest.Connect(t, url) }
 
 // goRun runs fn(ctx) in a goroutine; the returned stop cancels and waits.
 // Cleanup stops it too.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/bus/bustest"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
@@ -26,19 +27,8 @@ import (
 // last heartbeat, while it is still registered.
 func TestEventChainRoutesAndDetectsSilence(t *testing.T) {
 	ctx := context.Background()
-	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emb.Close() })
-	conn := func() *nats.Conn {
-		nc, err := bus.Connect(ctx, emb.ClientURL(), t.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
+	emb := bustest.Server(t, bus.EmbeddedConfig{Port: -1})
+	conn := func() *nats.Conn { return bustest.Connect(t, emb.ClientURL()) }
 	subj, _ := bus.NewSubjects("chain")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	fe, err := StartFrontend(ctx, FrontendConfig{HTTPAddr: "127.0.0.1:0", NC: conn(), Subjects: subj, Model: "qwen3-0.6b", Logger: log})
@@ -149,16 +139,7 @@ func hashesOf(t *testing.T, body map[string]any) []uint64 {
 // deployment picks up the workers already registered.
 func TestFrontendStartsAfterWorkers(t *testing.T) {
 	ctx := context.Background()
-	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emb.Close() })
-	nc, err := bus.Connect(ctx, emb.ClientURL(), t.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := bustest.Connect(t, bustest.Server(t, bus.EmbeddedConfig{Port: -1}).ClientURL())
 	subj, _ := bus.NewSubjects("late")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, spec := range []workerSpec{{id: "p1", role: bus.RolePrefill}, {id: "d1", role: bus.RoleDecode}} {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/bus/bustest"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
 	"github.com/switchyard-llm/switchyard/internal/linkemu"
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -32,16 +33,7 @@ type workerSpec struct {
 func startCluster(t *testing.T, fcfg FrontendConfig, rate linkemu.Rate, specs ...workerSpec) *cluster {
 	t.Helper()
 	ctx := context.Background()
-	emb, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { emb.Close() })
-	nc, err := bus.Connect(ctx, emb.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := bustest.Connect(t, bustest.Server(t, bus.EmbeddedConfig{Port: -1}).ClientURL())
 	subj, _ := bus.NewSubjects("test")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	fcfg.HTTPAddr, fcfg.NC, fcfg.Subjects, fcfg.Logger = "127.0.0.1:0", nc, subj, log
@@ -49,6 +41,7 @@ func startCluster(t *testing.T, fcfg FrontendConfig, rate linkemu.Rate, specs ..
 		fcfg.Model = "qwen3-0.6b"
 	}
 	c := &cluster{}
+	var err error
 	if c.fe, err = StartFrontend(ctx, fcfg); err != nil {
 		t.Fatal(err)
 	}
