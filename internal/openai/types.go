@@ -31,46 +31,48 @@ func (e *ContentPartError) Error() string {
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (m *Message) UnmarshalJSON(b []byte) error {
+	// Content decodes as any in the same pass as the role: a RawMessage
+	// followed by a second Unmarshal scanned a long prompt twice more, on
+	// the frontend's hot path.
 	var raw struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
+		Role    string `json:"role"`
+		Content any    `json:"content"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
 	m.Role, m.Content = raw.Role, ""
-	c := raw.Content
-	if len(c) == 0 || string(c) == "null" {
+	switch c := raw.Content.(type) {
+	case nil:
 		return nil
-	}
-	if c[0] != '[' {
-		if err := json.Unmarshal(c, &m.Content); err != nil {
-			return &json.UnmarshalTypeError{Value: string(truncate(c, 32)), Field: "content"}
-		}
+	case string:
+		m.Content = c
 		return nil
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(c, &parts); err != nil {
-		return &json.UnmarshalTypeError{Value: string(truncate(c, 32)), Field: "content"}
-	}
-	var sb strings.Builder
-	for i, p := range parts {
-		if p.Type != "text" || p.Text == nil {
-			if p.Type == "text" {
+	case []any:
+		var sb strings.Builder
+		for i, part := range c {
+			p, ok := part.(map[string]any)
+			if !ok {
+				return &json.UnmarshalTypeError{Value: "content part that is not an object", Field: "content"}
+			}
+			typ, _ := p["type"].(string)
+			text, isText := p["text"].(string)
+			if typ != "text" {
+				return &ContentPartError{Type: typ}
+			}
+			if !isText {
 				return &json.UnmarshalTypeError{Value: "text part without text", Field: "content"}
 			}
-			return &ContentPartError{Type: p.Type}
+			if i > 0 {
+				sb.WriteByte('\n')
+			}
+			sb.WriteString(text)
 		}
-		if i > 0 {
-			sb.WriteByte('\n')
-		}
-		sb.WriteString(*p.Text)
+		m.Content = sb.String()
+		return nil
+	default:
+		return &json.UnmarshalTypeError{Value: string(truncate(b, 32)), Field: "content"}
 	}
-	m.Content = sb.String()
-	return nil
 }
 
 // StreamOptions is the request's stream_options object.
