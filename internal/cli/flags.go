@@ -89,7 +89,7 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.DurationVar(&c.TTFTSLO, "ttft-slo", 2*time.Second, "time-to-first-token target (disaggregation gate)")
 	fs.DurationVar(&c.ITLSLO, "itl-slo", 100*time.Millisecond, "inter-token latency target (disaggregation gate)")
 	fs.StringVar(&c.APIKey, "api-key", "", "require this bearer token on /v1/* (default: $"+envAPIKey+"; prefer the variable: a flag shows in ps)")
-	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* (default: $"+envAdminKey+", else --api-key; with neither, admin is loopback-only)")
+	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* and /health's worker addresses (default: $"+envAdminKey+"; without one, admin is loopback-only: the API key never grants it)")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", 60*time.Second, "streaming requests: longest wait for a worker's response headers (never retried after it)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Minute, "longest upstream exchange; also bounds a non-streaming generation")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted; larger gets 413")
@@ -124,11 +124,12 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 }
 
 // adminExposed reports whether admin endpoints would be reachable beyond
-// this host's loopback: no key is set and addr listens on a non-loopback
-// address. The frontend then admits admin requests from loopback clients
-// only, which a reverse proxy on the same host turns into everyone.
+// this host's loopback: no admin key is set and addr listens on a
+// non-loopback address. The frontend then admits admin requests from
+// loopback clients only, which a reverse proxy on the same host turns into
+// everyone. The API key does not matter: it never grants admin.
 func adminExposed(c *node.FrontendConfig) bool {
-	if c.APIKey != "" || c.AdminKey != "" {
+	if c.AdminKey != "" {
 		return false
 	}
 	host, _, err := net.SplitHostPort(c.HTTPAddr)
@@ -145,7 +146,7 @@ func adminExposed(c *node.FrontendConfig) bool {
 // warnAdminExposed logs the warning adminExposed calls for.
 func warnAdminExposed(log *slog.Logger, c *node.FrontendConfig) {
 	if adminExposed(c) {
-		log.Warn("no --api-key or --admin-key (nor $"+envAPIKey+", $"+envAdminKey+") while listening beyond loopback: "+
+		log.Warn("no --admin-key (nor $"+envAdminKey+") while listening beyond loopback: "+
 			"admin endpoints accept only loopback clients, and a reverse proxy on this host would make them open to everyone; set --admin-key",
 			"http_addr", c.HTTPAddr)
 	}

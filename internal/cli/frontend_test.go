@@ -86,7 +86,7 @@ func TestAdminExposedWarning(t *testing.T) {
 		{"0.0.0.0:8000", "", "", true},
 		{":8000", "", "", true},
 		{"10.1.2.3:8000", "", "", true},
-		{"0.0.0.0:8000", "k", "", false},
+		{"0.0.0.0:8000", "k", "", true}, // the API key is not an admin key
 		{"0.0.0.0:8000", "", "a", false},
 	}
 	for _, tc := range tests {

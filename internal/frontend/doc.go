@@ -68,10 +68,13 @@
 // With Config.APIKey set, /v1/* requires "Authorization: Bearer <APIKey>"
 // (the admin key is accepted too). /health and /metrics are always open.
 // Admin endpoints, and the debug header x-switchyard-pin-worker, require
-// "Authorization: Bearer <AdminKey>"; if AdminKey is empty the APIKey is the
-// admin key; if both are empty, admin access is granted only to requests
-// whose remote address is a loopback address. A pin header without admin
-// access gets 403.
+// "Authorization: Bearer <AdminKey>"; if AdminKey is empty, admin access is
+// granted only to requests whose remote address is a loopback address. The
+// API key is never an admin key. A pin header without admin access gets
+// 403. The bearer scheme is matched case-insensitively (RFC 7235).
+//
+// /health's worker addresses (url, kvxfer_addr) are shown only to requests
+// with admin access; others get the same document without them.
 //
 // # /health
 //
@@ -79,10 +82,10 @@
 //
 //	{"status": "ok"|"degraded"|"unavailable", "reason": "...", "model": "...",
 //	 "block_size": 16, "policy": "kv", "disagg": "auto",
-//	 "workers": [{"id", "role", "model", "url", "inflight",
+//	 "workers": [{"id", "role", "model", "url" (admin), "inflight",
 //	              "load": {"running", "waiting", "kv_usage"},
 //	              "events": {"state": "healthy", "cause", ...},
-//	              "block_size", "kv_bytes_per_token", "kvxfer_addr", "profile"}],
+//	              "block_size", "kv_bytes_per_token", "kvxfer_addr" (admin), "profile"}],
 //	 "refused": [{"id", "reason"}],
 //	 "links": [{"from", "to", "bytes_per_sec", "rtt_ms", "measured", "samples", "emulated"}]}
 //

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -204,6 +207,12 @@ func TestAPIKey(t *testing.T) {
 		{"metrics open", "GET", "/metrics", "", 200},
 		{"admin with api key", "GET", "/admin/router", "Bearer sk-test", 401},
 		{"admin with admin key", "GET", "/admin/router", "Bearer admin", 200},
+		// RFC 7235 §2.1: the auth scheme is case-insensitive.
+		{"lower-case scheme", "POST", "/v1/completions", "bearer sk-test", 200},
+		{"upper-case scheme", "POST", "/v1/completions", "BEARER sk-test", 200},
+		{"lower-case scheme admin", "GET", "/admin/router", "bearer admin", 200},
+		{"other scheme", "POST", "/v1/completions", "Basic sk-test", 401},
+		{"scheme without token", "POST", "/v1/completions", "Bearer", 401},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,6 +224,69 @@ func TestAPIKey(t *testing.T) {
 				if e := decodeError(t, got); e.Type != openai.TypeAuthentication || e.Code != 401 {
 					t.Errorf("error = %+v", e)
 				}
+			}
+		})
+	}
+}
+
+// TestAdminKeySeparate checks the API key never grants admin access: without
+// an admin key, admin is for loopback clients only, whatever key a remote
+// client sends.
+func TestAdminKeySeparate(t *testing.T) {
+	tests := []struct {
+		name             string
+		apiKey, adminKey string
+		remote, auth     string
+		want             bool
+	}{
+		{"api key only, remote with api key", "k", "", "10.0.0.7:5000", "Bearer k", false},
+		{"api key only, loopback", "k", "", "127.0.0.1:5000", "", true},
+		{"admin key, remote with it", "k", "adm", "10.0.0.7:5000", "Bearer adm", true},
+		{"admin key, remote with api key", "k", "adm", "10.0.0.7:5000", "Bearer k", false},
+		{"admin key, loopback without it", "k", "adm", "127.0.0.1:5000", "", false},
+		{"no keys, remote", "", "", "10.0.0.7:5000", "", false},
+		{"no keys, loopback v6", "", "", "[::1]:5000", "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(Config{Model: testModel, APIKey: tc.apiKey, AdminKey: tc.adminKey, Registry: prometheus.NewRegistry()},
+				Deps{Workers: &fakePool{}, Router: &fakeRouter{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := httptest.NewRequest("GET", "/admin/router", nil)
+			r.RemoteAddr = tc.remote
+			if tc.auth != "" {
+				r.Header.Set("Authorization", tc.auth)
+			}
+			if got := s.adminAuthorized(r); got != tc.want {
+				t.Errorf("adminAuthorized = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestHealthHidesAddressesWithoutAdmin checks /health gives worker URLs and
+// kvxfer addresses only to admin callers.
+func TestHealthHidesAddressesWithoutAdmin(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	w := a.worker(RolePrefill)
+	w.KVXferAddr = "127.0.0.1:7777"
+	d := newFakeWorker(t, "w-d")
+	h := newHarness(t, Config{APIKey: "k", AdminKey: "adm"}, Deps{}, w, d.worker(RoleDecode))
+	for _, tc := range []struct {
+		name, auth string
+		want       bool
+	}{{"no key", "", false}, {"api key", "Bearer k", false}, {"admin key", "Bearer adm", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, body := h.do(t, "GET", "/health", "", "Authorization", tc.auth)
+			for _, addr := range []string{a.srv.URL, d.srv.URL, "127.0.0.1:7777"} {
+				if got := strings.Contains(string(body), addr); got != tc.want {
+					t.Errorf("/health mentions %s: %v, want %v: %s", addr, got, tc.want, body)
+				}
+			}
+			if !strings.Contains(string(body), `"id":"w-a"`) {
+				t.Errorf("/health lost the worker ids: %s", body)
 			}
 		})
 	}

@@ -30,14 +30,14 @@ type WorkerHealth struct {
 	ID       string       `json:"id"`
 	Role     string       `json:"role"`
 	Model    string       `json:"model"`
-	URL      string       `json:"url"`
-	InFlight int64        `json:"inflight"` // requests this frontend has open on it
+	URL      string       `json:"url,omitempty"` // admin only
+	InFlight int64        `json:"inflight"`      // requests this frontend has open on it
 	Load     Load         `json:"load"`
 	Events   *EventStatus `json:"events"`
 
 	BlockSize       int    `json:"block_size,omitempty"`
 	KVBytesPerToken int64  `json:"kv_bytes_per_token,omitempty"`
-	KVXferAddr      string `json:"kvxfer_addr,omitempty"`
+	KVXferAddr      string `json:"kvxfer_addr,omitempty"` // admin only
 	Profile         any    `json:"profile,omitempty"`
 }
 
@@ -94,6 +94,13 @@ func (s *Server) Health() Health {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	h := s.Health()
+	if !s.adminAuthorized(r) {
+		// Worker addresses are a map for whoever wants to reach the
+		// workers directly; /health is open to load balancers.
+		for i := range h.Workers {
+			h.Workers[i].URL, h.Workers[i].KVXferAddr = "", ""
+		}
+	}
 	if h.Status == HealthUnavailable {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)

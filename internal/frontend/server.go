@@ -205,11 +205,13 @@ func (s *Server) inflightCounter(id string) *atomic.Int64 {
 	return v.(*atomic.Int64)
 }
 
-// bearer reports whether r carries "Authorization: Bearer key".
+// bearer reports whether r carries "Authorization: Bearer key". The scheme
+// is matched case-insensitively, as RFC 7235 §2.1 requires; the token is
+// compared in constant time.
 func bearer(r *http.Request, key string) bool {
 	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok {
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(key)) == 1
@@ -227,15 +229,19 @@ func (s *Server) apiAuthorized(r *http.Request) bool {
 	return s.cfg.AdminKey != "" && bearer(r, s.cfg.AdminKey)
 }
 
-// adminAuthorized applies the admin rule documented in the package comment.
+// adminAuthorized applies the admin rule documented in the package comment:
+// the admin key when one is set, else loopback clients only. The API key is
+// never an admin key: a client allowed to generate must not be able to
+// switch the router or read worker addresses.
 func (s *Server) adminAuthorized(r *http.Request) bool {
-	key := s.cfg.AdminKey
-	if key == "" {
-		key = s.cfg.APIKey
+	if s.cfg.AdminKey != "" {
+		return bearer(r, s.cfg.AdminKey)
 	}
-	if key != "" {
-		return bearer(r, key)
-	}
+	return loopbackClient(r)
+}
+
+// loopbackClient reports whether r comes from a loopback address.
+func loopbackClient(r *http.Request) bool {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		return false
@@ -249,7 +255,7 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 		if !s.adminAuthorized(r) {
 			s.m.errors.WithLabelValues(errKindUnauthorized).Inc()
 			openai.WriteError(w, http.StatusUnauthorized, openai.TypeAuthentication, "",
-				"frontend: admin endpoints need Authorization: Bearer <admin key> (or a loopback client when no key is configured)")
+				"frontend: admin endpoints need Authorization: Bearer <admin key> (set --admin-key; without one, only loopback clients are admitted)")
 			return
 		}
 		h(w, r)

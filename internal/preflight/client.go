@@ -229,7 +229,8 @@ func httpError(what string, status int, body []byte) error {
 func (c *client) health(ctx context.Context) (Deployment, error) {
 	var h Deployment
 	// 503 means "unavailable" and still carries the body that says why.
-	err := c.call(ctx, http.MethodGet, "/health", false, nil, &h, http.StatusServiceUnavailable)
+	// With the admin key, so the report also carries worker addresses.
+	err := c.call(ctx, http.MethodGet, "/health", true, nil, &h, http.StatusServiceUnavailable)
 	return h, err
 }
 

@@ -484,12 +484,18 @@ func (e *Engine) freeBlocks(s *seq) {
 // checkLength rejects a request whose prompt and output can never be held:
 // beyond the KV cache (every token but the last generated one needs its KV
 // at once), or beyond the model's context.
+//
+// output comes from the client and may be as large as math.MaxInt, so the
+// sums are taken in uint64 (prompt and output are both non-negative and at
+// most math.MaxInt, so they cannot wrap there) rather than int, whose
+// overflow once let 2^63−1 through to a make() that panicked.
 func (e *Engine) checkLength(prompt, output int) error {
-	if need := ceilDiv(prompt+output-1, e.bs); need > e.bm.total() {
+	total := uint64(prompt) + uint64(output)
+	if need := (total - 1 + uint64(e.bs) - 1) / uint64(e.bs); need > uint64(e.bm.total()) {
 		return fmt.Errorf("%w: %d prompt + %d output tokens need %d blocks of %d tokens, the cache has %d",
 			ErrNeverFits, prompt, output, need, e.bs, e.bm.total())
 	}
-	if prompt+output > e.model.MaxModelLen {
+	if total > uint64(e.model.MaxModelLen) {
 		return fmt.Errorf("%w: %d prompt + %d output tokens > %d", ErrContextLength, prompt, output, e.model.MaxModelLen)
 	}
 	return nil

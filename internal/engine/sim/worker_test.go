@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -166,6 +167,15 @@ func TestNeverFitsIsRejected(t *testing.T) {
 	}
 }
 
+func TestSubmitHugeMaxTokens(t *testing.T) {
+	w, _ := startWorker(t, Config{})
+	for _, mt := range []int{math.MaxInt, math.MaxInt - 1, math.MaxInt / 2} {
+		if _, err := w.Submit(Request{Tokens: []uint32{1, 2, 3}, MaxTokens: mt}); !errors.Is(err, ErrNeverFits) && !errors.Is(err, ErrContextLength) {
+			t.Errorf("Submit(max_tokens %d) error %v, want ErrNeverFits or ErrContextLength", mt, err)
+		}
+	}
+}
+
 func TestHTTPErrors(t *testing.T) {
 	_, srv := startWorker(t, Config{})
 	big := `{"prompt":"` + strings.Repeat("a", MaxBodyBytes) + `"}`
@@ -178,6 +188,11 @@ func TestHTTPErrors(t *testing.T) {
 		{"prompt wrong type", "/v1/completions", `{"prompt": {"a": 1}}`, 400},
 		{"zero max_tokens", "/v1/completions", `{"prompt": "hi", "max_tokens": 0}`, 400},
 		{"beyond context", "/v1/completions", `{"prompt": "hi", "max_tokens": 1000000}`, 400},
+		// 2^63−1 once overflowed the length check and panicked in make().
+		{"max_tokens max int64", "/v1/completions", `{"prompt": "hi", "max_tokens": 9223372036854775807}`, 400},
+		{"max_completion_tokens max int64", "/v1/chat/completions", `{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 9223372036854775807}`, 400},
+		{"max_tokens beyond int64", "/v1/completions", `{"prompt": "hi", "max_tokens": 9223372036854775808}`, 400},
+		{"max_tokens min int64", "/v1/completions", `{"prompt": "hi", "max_tokens": -9223372036854775808}`, 400},
 		{"unknown model", "/v1/completions", `{"model": "gpt-9", "prompt": "hi"}`, 404},
 		{"oversized", "/v1/completions", big, 413},
 		{"no messages", "/v1/chat/completions", `{"messages": []}`, 400},
