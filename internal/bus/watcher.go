@@ -172,6 +172,16 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
+// stopped reports whether Close has been called.
+func (w *Watcher) stopped() bool {
+	select {
+	case <-w.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 func (w *Watcher) loop(ctx context.Context) {
 	defer close(w.done)
 	kw := w.kw // owned by this goroutine from here on
@@ -190,6 +200,9 @@ func (w *Watcher) loop(ctx context.Context) {
 			return
 		case e, ok := <-updates:
 			if !ok {
+				if ctx.Err() != nil || w.stopped() {
+					return // our own shutdown closed it: nothing to report
+				}
 				// The server ended the watch (e.g. a restart). Entries keep
 				// expiring by TTL in the sweep meanwhile, so a dead worker
 				// still leaves routing; re-establish the watch.

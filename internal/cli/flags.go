@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,9 +15,12 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
+	"github.com/switchyard-llm/switchyard/internal/gate"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
 	"github.com/switchyard-llm/switchyard/internal/linkemu"
 	"github.com/switchyard-llm/switchyard/internal/node"
+	"github.com/switchyard-llm/switchyard/internal/perfmodel"
+	"github.com/switchyard-llm/switchyard/internal/router"
 )
 
 // engineFlags adds the simulated engine's settings to fs.
@@ -112,7 +116,21 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 	if c.AdminKey == "" {
 		c.AdminKey = getenv(envAdminKey)
 	}
+	if err := checkListenAddr("--http-addr", c.HTTPAddr); err != nil {
+		return err
+	}
+	if _, err := router.New(router.Config{Policy: c.Policy, Alpha: c.Alpha}); err != nil {
+		if c.Alpha < 0 {
+			return fmt.Errorf("--router-alpha %v must not be negative", c.Alpha)
+		}
+		return fmt.Errorf("--router %q: want kv, round-robin, random or least-loaded", c.Policy)
+	}
+	if _, err := gate.ParseMode(c.Disagg); err != nil {
+		return fmt.Errorf("--disagg %q: want never, always or auto", c.Disagg)
+	}
 	switch {
+	case c.Margin >= 1:
+		return fmt.Errorf("--disagg-margin %v: want a fraction below 1", c.Margin)
 	case c.HeaderTimeout <= 0:
 		return fmt.Errorf("--header-timeout %v must be positive", c.HeaderTimeout)
 	case c.RequestTimeout <= 0:
@@ -121,6 +139,32 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 		return fmt.Errorf("--max-body-bytes %d must be positive", c.MaxBodyBytes)
 	}
 	return nil
+}
+
+// checkListenAddr rejects a listen address that can never be bound, so a
+// typo fails before anything starts rather than after.
+func checkListenAddr(flagName, addr string) error {
+	_, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s %q: want host:port, e.g. 127.0.0.1:8000", flagName, addr)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return fmt.Errorf("%s %q: port %q is not in 0..65535 (0 picks a free one)", flagName, addr, portStr)
+	}
+	return nil
+}
+
+// checkEngineConfig rejects simulator settings NewWorker would refuse,
+// naming the flag and the choices.
+func checkEngineConfig(c sim.Config) error {
+	if _, err := perfmodel.LookupModel(c.Model); err != nil {
+		return fmt.Errorf("--model %q is not a simulator preset: pick one of %s", c.Model, strings.Join(perfmodel.ModelNames(), ", "))
+	}
+	if _, err := perfmodel.LookupGPU(c.GPU); err != nil {
+		return fmt.Errorf("--gpu %q is not a simulator preset: pick one of %s", c.GPU, strings.Join(perfmodel.GPUNames(), ", "))
+	}
+	return c.Check()
 }
 
 // adminExposed reports whether admin endpoints would be reachable beyond

@@ -39,7 +39,11 @@ func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return f, code
 	}
-	if err := checkFrontendConfig(&f.node, os.Getenv); err != nil {
+	err := checkFrontendConfig(&f.node, os.Getenv)
+	if err == nil && f.bus.nats == "" {
+		err = checkListenAddr("--nats-addr", f.natsAddr)
+	}
+	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
 		return f, ExitUsage
 	}
@@ -62,6 +66,11 @@ func startBus(ctx context.Context, natsURL, addr, name string, env Env) (nc *nat
 		}
 		if port == 0 {
 			port = -1 // nats-server's "pick a free port"
+		} else if ln, err := net.Listen("tcp", addr); err != nil {
+			// nats-server only says so after its 10 s readiness wait.
+			return nil, "", nil, fmt.Errorf("embedded NATS: %w (pick another with --nats-addr, 0 for a free one, or use a running server with --nats)", err)
+		} else {
+			ln.Close()
 		}
 		emb, err = bus.StartEmbedded(bus.EmbeddedConfig{Host: host, Port: port})
 		if err != nil {

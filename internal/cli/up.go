@@ -66,6 +66,12 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	if err := checkFrontendConfig(&u.frontend, os.Getenv); err != nil {
 		return bad("%v", err)
 	}
+	if err := checkListenAddr("--nats-addr", u.natsAddr); err != nil {
+		return bad("%v", err)
+	}
+	if err := checkEngineConfig(u.engine); err != nil {
+		return bad("%v", err)
+	}
 	return u, -1
 }
 

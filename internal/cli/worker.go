@@ -51,6 +51,14 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 		fmt.Fprintf(env.Stderr, "switchyard worker: --role %q: want aggregated, prefill or decode\n", f.node.Sim.Role)
 		return f, ExitUsage
 	}
+	if err := checkListenAddr("--http-addr", f.node.HTTPAddr); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return f, ExitUsage
+	}
+	if err := checkEngineConfig(f.node.Sim); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return f, ExitUsage
+	}
 	var err error
 	if f.node.LinkRate, err = parseLinkRate(f.linkRate); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)

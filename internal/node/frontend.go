@@ -98,7 +98,10 @@ type Frontend struct {
 
 // StartFrontend starts a frontend node and returns once it serves HTTP and
 // has read the current worker registry.
-func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err error) {
+//
+// The result is unnamed on purpose: f below is the node that the deferred
+// Close and every goroutine use, and a "return nil, err" must not clear it.
+func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err error) {
 	if cfg.NC == nil {
 		return nil, errors.New("node: frontend needs a NATS connection")
 	}
@@ -111,7 +114,18 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
 	}
-	f = &Frontend{
+	// Listen first: a taken port is the likeliest start-up failure, and
+	// nothing else should start (or log) before it is known.
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("node: frontend: listen on %s: %w (pick another --http-addr)", cfg.HTTPAddr, err)
+	}
+	defer func() {
+		if err != nil {
+			ln.Close()
+		}
+	}()
+	f := &Frontend{
 		cfg: cfg, log: cfg.Logger.With("component", "frontend"),
 		loads: map[string]bus.LoadReport{}, decisions: map[string]gate.Decision{},
 		client:    &http.Client{Timeout: 5 * time.Minute},
@@ -201,10 +215,6 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (f *Frontend, err er
 	})
 	if err != nil {
 		return nil, err
-	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("node: frontend: listen on %s: %w (pick another --http-addr)", cfg.HTTPAddr, err)
 	}
 	f.url = "http://" + ln.Addr().String()
 	f.http = &http.Server{Handler: f.server.Handler(), ReadHeaderTimeout: 10 * time.Second}

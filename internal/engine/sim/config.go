@@ -94,6 +94,18 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// Check reports what NewWorker would refuse in c, without building a
+// worker: bad values, unknown model or GPU presets, and weights that leave
+// no room for a KV cache. Commands call it before starting anything.
+func (c Config) Check() error {
+	c = c.withDefaults()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	_, err := newEngine(c, nil)
+	return err
+}
+
 func (c Config) validate() error {
 	var errs []error
 	switch c.Role {
