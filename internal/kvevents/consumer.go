@@ -327,21 +327,32 @@ func (c *Consumer) applyLocked(w *worker, b *Batch, now time.Time) {
 
 // applyEventsLocked writes b's events to the index; false if it refused.
 func (c *Consumer) applyEventsLocked(w *worker, b *Batch) bool {
-	ok := true
-	for i := range b.Events {
-		e := &b.Events[i]
-		switch e.Kind {
-		case Stored:
-			ok = c.cfg.Index.Store(w.id, e.Hashes) && ok
-		case Removed:
-			c.cfg.Index.Remove(w.id, e.Hashes)
-		case Cleared:
-			c.cfg.Index.Clear(w.id)
-		}
-		w.h.Blocks += uint64(len(e.Hashes))
-	}
+	ok, blocks := Apply(c.cfg.Index, w.id, b.Events)
+	w.h.Blocks += uint64(blocks)
 	w.h.Batches++
 	return ok
+}
+
+// Apply writes one worker's events to the index in order, exactly as the
+// consumer does for an in-sequence batch: it is the event path's semantics
+// for callers that hold the events in process (switchyard simulate). It
+// returns false if the index refused the worker, and the number of block
+// hashes the events named.
+func Apply(idx IndexWriter, worker string, events []Event) (ok bool, blocks int) {
+	ok = true
+	for i := range events {
+		e := &events[i]
+		switch e.Kind {
+		case Stored:
+			ok = idx.Store(worker, e.Hashes) && ok
+		case Removed:
+			idx.Remove(worker, e.Hashes)
+		case Cleared:
+			idx.Clear(worker)
+		}
+		blocks += len(e.Hashes)
+	}
+	return ok, blocks
 }
 
 func (c *Consumer) startResyncLocked(w *worker, b *Batch, cause string, now time.Time) {

@@ -13,7 +13,6 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/gate"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
-	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 	"github.com/switchyard-llm/switchyard/internal/router"
 )
 
@@ -111,35 +110,16 @@ func (a adapters) Overlaps(hashes []uint64) map[string]int {
 // gateInput builds the gate's view of a prefill worker p and decode worker
 // d for a prompt: their timing profiles, queues and the link between them.
 func (a adapters) gateInput(mode gate.Mode, n, cachedD, cachedP int, d, p bus.WorkerInfo, withLoad bool) gate.Input {
-	in := gate.Input{Mode: mode, PromptTokens: n, CachedD: cachedD, CachedP: cachedP, KVBytesPerToken: int64(d.KVBytesPerToken)}
-	dp := d.Profile
-	in.PrefillD = func(nt, ct int) time.Duration { return perfmodel.PrefillTime(&dp, nt, ct) }
-	in.ChunkTokensD = dp.MaxBatchTokens
-	if withLoad {
-		if l, ok := a.f.load(d.ID); ok {
-			in.QueueD = perfmodel.PrefillTime(&dp, l.QueuedPrefillTokens, 0)
-			in.RunningDecodesD = l.Running
-			if l.Running > 0 {
-				var w perfmodel.Work
-				ctx := l.ActiveDecodeBlocks * d.BlockSize / l.Running
-				for i := 0; i < l.Running; i++ {
-					w.Add(1, ctx)
-				}
-				in.DecodeStepD = perfmodel.StepTime(&dp, w)
+	view := func(w bus.WorkerInfo) gate.WorkerView {
+		v := gate.WorkerView{ID: w.ID, Profile: w.Profile, BlockSize: w.BlockSize, KVBytesPerToken: w.KVBytesPerToken}
+		if withLoad && w.ID != "" {
+			if l, ok := a.f.load(w.ID); ok {
+				v.Load = &gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
 			}
 		}
+		return v
 	}
-	if p.ID != "" {
-		pp := p.Profile
-		in.PrefillP = func(nt, ct int) time.Duration { return perfmodel.PrefillTime(&pp, nt, ct) }
-		in.Link = gate.Link{From: p.ID, To: d.ID}
-		if withLoad {
-			if l, ok := a.f.load(p.ID); ok {
-				in.QueueP = perfmodel.PrefillTime(&pp, l.QueuedPrefillTokens, 0)
-			}
-		}
-	}
-	return in
+	return gate.InputFor(mode, n, cachedD, cachedP, view(d), view(p))
 }
 
 // Decide runs the disaggregation gate for one request.

@@ -102,7 +102,7 @@ func (c Config) Check() error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	_, err := newEngine(c, nil)
+	_, err := newCore(c, nil)
 	return err
 }
 

@@ -10,6 +10,11 @@
 // request (queue, prefill, TTFT) are in simulated time, so they are exact
 // functions of the workload and never of the host's noise.
 //
+// The scheduler, block manager and clock form a Core: synchronous, with no
+// lock, goroutine or wall clock. The live Engine drives one Core under its
+// mutex, pacing it to the wall clock; `switchyard simulate` drives many in
+// virtual time with Core.Add and Core.Advance. Both run the same step code.
+//
 // Block hashes are kvindex chained hashes over full blocks, seeded by the
 // request's cache_salt, exactly as the frontend computes them. Every block
 // stored, evicted or cleared becomes a kvevents.Event, handed to the

@@ -68,12 +68,43 @@ func newMetrics(e *Engine) *metrics {
 	return m
 }
 
+// The recording methods do nothing on a nil *metrics: a virtual-time Core
+// exports none.
+
 func (m *metrics) prefixLookup(queried, hit int) {
+	if m == nil {
+		return
+	}
 	m.prefixQueries.Add(float64(queried))
 	m.prefixHits.Add(float64(hit))
 }
-func (m *metrics) ttft(d time.Duration) { m.ttftHist.Observe(d.Seconds()) }
-func (m *metrics) itl(d time.Duration)  { m.itlHist.Observe(d.Seconds()) }
-func (m *metrics) preempted()           { m.preemptions.Inc() }
-func (m *metrics) finished()            { m.finishedReqs.Inc() }
-func (m *metrics) aborted()             { m.abortedReqs.Inc() }
+
+func (m *metrics) ttft(d time.Duration) {
+	if m != nil {
+		m.ttftHist.Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) itl(d time.Duration) {
+	if m != nil {
+		m.itlHist.Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) preempted() {
+	if m != nil {
+		m.preemptions.Inc()
+	}
+}
+
+func (m *metrics) finished() {
+	if m != nil {
+		m.finishedReqs.Inc()
+	}
+}
+
+func (m *metrics) aborted() {
+	if m != nil {
+		m.abortedReqs.Inc()
+	}
+}

@@ -26,13 +26,14 @@ type delivery struct {
 type stepState struct {
 	batch []scheduled
 	dels  []delivery
+	out   []Delivery // Core.Advance's answer
 }
 
 // step plans one batch, advances the clock by its modelled time, applies it
 // (blocks committed, tokens generated, finished sequences freed) and
 // publishes its events. It returns the step's simulated duration, or 0 when
-// there was nothing to run. Callers hold e.mu.
-func (e *Engine) step(st *stepState) time.Duration {
+// there was nothing to run. A live Engine's callers hold its mu.
+func (e *Core) step(st *stepState) time.Duration {
 	st.batch, st.dels = st.batch[:0], st.dels[:0]
 	budget := e.cfg.MaxNumBatchedTokens
 	var work perfmodel.Work
@@ -123,6 +124,9 @@ func (e *Engine) step(st *stepState) time.Duration {
 			e.metrics.ttft(s.firstToken - s.arrival)
 		} else {
 			e.metrics.itl(e.clock - s.lastToken)
+			if e.recordGaps {
+				s.gaps = append(s.gaps, float32((e.clock - s.lastToken).Seconds()))
+			}
 		}
 		s.lastToken = e.clock
 		done := s.outputs() >= s.limit
@@ -142,7 +146,7 @@ func (e *Engine) step(st *stepState) time.Duration {
 // preempt frees a running sequence's blocks and puts it at the head of the
 // waiting queue; it recomputes its prompt and outputs so far when
 // readmitted. Callers hold e.mu.
-func (e *Engine) preempt(s *seq) {
+func (e *Core) preempt(s *seq) {
 	e.freeBlocks(s)
 	s.state = stateWaiting
 	s.preemptions++
@@ -153,12 +157,12 @@ func (e *Engine) preempt(s *seq) {
 // finish completes a sequence: it pins the prompt's blocks for a prefill
 // request, then releases its own. Callers hold e.mu and remove s from
 // running.
-func (e *Engine) finish(s *seq) {
+func (e *Core) finish(s *seq) {
 	s.state = stateDone
 	s.finishedAt = e.clock
 	if s.req.Pin {
 		full := s.promptLen / e.bs
-		p := &PinnedSet{Parent: kvindex.Root(s.req.Salt), e: e}
+		p := &PinnedSet{Parent: kvindex.Root(s.req.Salt), c: e}
 		for _, h := range s.hashes[:full] {
 			if _, ok := e.bm.byHash[h]; !ok {
 				break // a duplicate block whose twin was evicted: pin the prefix
@@ -173,13 +177,13 @@ func (e *Engine) finish(s *seq) {
 }
 
 // extendHashes hashes every full block of s.tokens not hashed yet.
-func (e *Engine) extendHashes(s *seq) {
+func (e *Core) extendHashes(s *seq) {
 	for k := len(s.hashes); (k+1)*e.bs <= len(s.tokens); k++ {
 		s.hashes = append(s.hashes, kvindex.HashBlock(e.parentOf(s, k), s.tokens[k*e.bs:(k+1)*e.bs]))
 	}
 }
 
-func (e *Engine) parentOf(s *seq, k int) uint64 {
+func (e *Core) parentOf(s *seq, k int) uint64 {
 	if k == 0 {
 		return kvindex.Root(s.req.Salt)
 	}
