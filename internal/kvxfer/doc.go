@@ -39,7 +39,19 @@
 // Each connection holds at most one chunk buffer on each side, so memory is
 // bounded by ChunkSize per connection whatever the transfer size. Every read
 // and write has a deadline (IOTimeout), and a Pull's context cancels it
-// promptly. A server connection idle for IOTimeout is closed.
+// promptly. A server connection idle for IOTimeout is closed, and a request
+// frame must arrive whole within IOTimeout.
+//
+// The server never buffers what it has not authenticated. A PullRequest
+// carries its lease token before its block list; the server reads the
+// header, the token and the count, refuses an unknown, expired or used
+// lease right there, and reads the block list only when it holds no more
+// hashes than the lease does and fits the server-wide MaxRequestMemory
+// (else CodeBusy). Probe and ping frames over 4 KiB are refused unread. The
+// chunk buffer is allocated only when a request is accepted, and
+// connections beyond MaxConns are closed as soon as they are accepted
+// (counted by ConnsRefused). With a CA configured, mutual TLS authenticates
+// the peer before any frame is read.
 //
 // A Client is safe for concurrent use; its calls are serialised on its one
 // connection. A Server is safe for concurrent use.

@@ -15,6 +15,7 @@ const (
 	CodeLeaseUsed    Code = 3 // the lease was already claimed by a pull
 	CodeBadRequest   Code = 4 // malformed request, block size mismatch, hash not leased
 	CodeUnavailable  Code = 5 // the server is shutting down
+	CodeBusy         Code = 6 // the server's request memory budget is spent; retry later
 )
 
 func (c Code) String() string {
@@ -29,6 +30,8 @@ func (c Code) String() string {
 		return "bad_request"
 	case CodeUnavailable:
 		return "unavailable"
+	case CodeBusy:
+		return "busy"
 	}
 	return fmt.Sprintf("code_%d", uint16(c))
 }

@@ -57,6 +57,27 @@ func newFrameReader(r io.Reader) *frameReader {
 	return &frameReader{r: bufio.NewReaderSize(r, 32<<10)}
 }
 
+// header reads the next frame's header: its type and payload length. The
+// payload is left unread, so the caller can decide, from the type, the
+// length and the payload's first bytes, whether to read it at all.
+func (fr *frameReader) header() (typ byte, n int, err error) {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		return 0, 0, err
+	}
+	return fr.hdr[0], int(binary.BigEndian.Uint32(fr.hdr[1:])), nil
+}
+
+// read fills p from the current frame's payload.
+func (fr *frameReader) read(p []byte) error {
+	if _, err := io.ReadFull(fr.r, p); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
+}
+
 // next reads one frame whose payload may be at most limit bytes. The payload
 // is valid until the next call. A stream that ends between frames returns
 // io.EOF; one that ends inside a frame returns io.ErrUnexpectedEOF.

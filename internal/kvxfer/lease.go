@@ -121,6 +121,24 @@ func (t *leaseTable) claim(token string) (*lease, Code) {
 	return nil, CodeLeaseUnknown
 }
 
+// peek reports how many blocks a live lease holds, without claiming it,
+// so a server can refuse a pull before reading its block list. A token
+// that is not live returns the refusal code.
+func (t *leaseTable) peek(token string) (int, Code) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, CodeUnavailable
+	}
+	if l, ok := t.live[token]; ok {
+		return len(l.hashes), 0
+	}
+	if ts, ok := t.dead[token]; ok {
+		return 0, ts.code
+	}
+	return 0, CodeLeaseUnknown
+}
+
 // close releases every live lease and refuses new ones.
 func (t *leaseTable) close() {
 	t.mu.Lock()
