@@ -21,15 +21,15 @@ type countIndex struct {
 	hashes atomic.Uint64
 }
 
-func (x *countIndex) Store(w string, hs []uint64) bool {
+func (x *countIndex) StoreTier(w string, t Tier, hs []uint64) bool {
 	x.hashes.Add(uint64(len(hs)))
-	return x.next == nil || x.next.Store(w, hs)
+	return x.next == nil || x.next.StoreTier(w, t, hs)
 }
 
-func (x *countIndex) Remove(w string, hs []uint64) {
+func (x *countIndex) RemoveTier(w string, t Tier, hs []uint64) {
 	x.hashes.Add(uint64(len(hs)))
 	if x.next != nil {
-		x.next.Remove(w, hs)
+		x.next.RemoveTier(w, t, hs)
 	}
 }
 

@@ -11,8 +11,16 @@ import (
 // understand and other languages can read it with any msgpack library:
 //
 //	batch:    [1, worker_id str, epoch uint, seq uint, unix_nano int, heartbeat bool, events array]
-//	event:    [kind uint, parent uint, hashes array of uint]
-//	snapshot: [1, worker_id str, epoch uint, seq uint, hashes array of uint, error str]
+//	event:    [kind uint, parent uint, hashes array of uint, medium str]
+//	snapshot: [1, worker_id str, epoch uint, seq uint, hashes array of uint, error str, lower array]
+//	lower:    [medium str, hashes array of uint]
+//
+// medium is vLLM's name for the tier ("GPU", "CPU", "DISK"; see
+// ParseMedium). Cleared events have no medium. An event without one (the
+// first encoding had three fields) is GPU, and a snapshot without lower
+// holds GPU blocks only. A medium the decoder does not know is read as
+// TierDisk and counted in Batch.UnknownMedia, never rejected: a newer
+// engine's tier must not cost the whole batch.
 //
 // Integers use the shortest msgpack encoding; the decoder accepts any width.
 // The codec is hand-rolled: it does no reflection and, decoding into a
@@ -53,10 +61,17 @@ func AppendBatch(dst []byte, b *Batch) []byte {
 	dst = appendArray(dst, len(b.Events))
 	for i := range b.Events {
 		e := &b.Events[i]
-		dst = appendArray(dst, 3)
+		if e.Kind == Cleared {
+			dst = appendArray(dst, 3)
+		} else {
+			dst = appendArray(dst, 4)
+		}
 		dst = appendUint(dst, uint64(e.Kind))
 		dst = appendUint(dst, e.Parent)
 		dst = appendUints(dst, e.Hashes)
+		if e.Kind != Cleared {
+			dst = appendStr(dst, e.Medium.String())
+		}
 	}
 	return dst
 }
@@ -91,6 +106,7 @@ func DecodeBatch(data []byte, b *Batch) error {
 		return d.fail("heartbeat with %d events", n)
 	}
 	b.Events = b.Events[:0]
+	b.UnknownMedia = 0
 	for i := 0; i < n; i++ {
 		if len(b.Events) < cap(b.Events) {
 			b.Events = b.Events[:i+1]
@@ -98,12 +114,20 @@ func DecodeBatch(data []byte, b *Batch) error {
 			b.Events = append(b.Events, Event{})
 		}
 		e := &b.Events[i]
-		if f := d.array(); f != 3 && d.err == nil {
-			return d.fail("event %d has %d fields, want 3", i, f)
+		f := d.array()
+		if f != 3 && f != 4 && d.err == nil {
+			return d.fail("event %d has %d fields, want 3 or 4", i, f)
 		}
 		k := d.uint()
 		e.Parent = d.uint()
 		e.Hashes = d.uints(e.Hashes[:0])
+		e.Medium = TierGPU
+		if f == 4 {
+			var ok bool
+			if e.Medium, ok = parseMediumBytes(d.strBytes()); !ok {
+				b.UnknownMedia++
+			}
+		}
 		if d.err != nil {
 			return d.err
 		}
@@ -127,26 +151,52 @@ type Snapshot struct {
 	WorkerID string
 	Epoch    uint64
 	Seq      uint64
-	Hashes   []uint64
+	Hashes   []uint64 // blocks in GPU memory
 	Err      string
+	// Lower lists the blocks held in each lower tier (a block may be in
+	// several tiers and is then listed in each).
+	Lower []TierHashes
+	// UnknownMedia counts Lower entries whose medium the decoder did not
+	// know (read as TierDisk). Not encoded.
+	UnknownMedia int
+}
+
+// TierHashes is the blocks a snapshot lists for one tier.
+type TierHashes struct {
+	Medium Tier
+	Hashes []uint64
 }
 
 // AppendSnapshot appends s's encoding to dst.
 func AppendSnapshot(dst []byte, s *Snapshot) []byte {
-	dst = appendArray(dst, 6)
+	if len(s.Lower) == 0 {
+		dst = appendArray(dst, 6)
+	} else {
+		dst = appendArray(dst, 7)
+	}
 	dst = appendUint(dst, wireVersion)
 	dst = appendStr(dst, s.WorkerID)
 	dst = appendUint(dst, s.Epoch)
 	dst = appendUint(dst, s.Seq)
 	dst = appendUints(dst, s.Hashes)
-	return appendStr(dst, s.Err)
+	dst = appendStr(dst, s.Err)
+	if len(s.Lower) > 0 {
+		dst = appendArray(dst, len(s.Lower))
+		for _, l := range s.Lower {
+			dst = appendArray(dst, 2)
+			dst = appendStr(dst, l.Medium.String())
+			dst = appendUints(dst, l.Hashes)
+		}
+	}
+	return dst
 }
 
 // DecodeSnapshot decodes data into s, reusing s.Hashes.
 func DecodeSnapshot(data []byte, s *Snapshot) error {
 	d := decoder{buf: data}
-	if n := d.array(); n != 6 && d.err == nil {
-		return d.fail("snapshot has %d fields, want 6", n)
+	fields := d.array()
+	if fields != 6 && fields != 7 && d.err == nil {
+		return d.fail("snapshot has %d fields, want 6 or 7", fields)
 	}
 	if v := d.uint(); v != wireVersion && d.err == nil {
 		return d.fail("version %d, want %d", v, wireVersion)
@@ -156,6 +206,20 @@ func DecodeSnapshot(data []byte, s *Snapshot) error {
 	s.Seq = d.uint()
 	s.Hashes = d.uints(s.Hashes[:0])
 	s.Err = d.str(s.Err)
+	s.Lower, s.UnknownMedia = s.Lower[:0], 0
+	if fields == 7 {
+		n := d.array()
+		for i := 0; i < n && d.err == nil; i++ {
+			if f := d.array(); f != 2 && d.err == nil {
+				return d.fail("snapshot tier %d has %d fields, want 2", i, f)
+			}
+			t, ok := parseMediumBytes(d.strBytes())
+			if !ok {
+				s.UnknownMedia++
+			}
+			s.Lower = append(s.Lower, TierHashes{Medium: t, Hashes: d.uints(nil)})
+		}
+	}
 	if d.err != nil {
 		return d.err
 	}
@@ -385,11 +449,23 @@ func (d *decoder) bool() bool {
 
 // str reads a string; it returns old without allocating when the bytes match.
 func (d *decoder) str(old string) string {
+	p := d.strBytes()
+	if d.err != nil {
+		return ""
+	}
+	if string(p) == old {
+		return old
+	}
+	return string(p)
+}
+
+// strBytes reads a string and returns its bytes inside the buffer.
+func (d *decoder) strBytes() []byte {
 	c := d.byte1()
 	var n uint64
 	switch {
 	case d.err != nil:
-		return ""
+		return nil
 	case c&0xe0 == 0xa0:
 		n = uint64(c & 0x1f)
 	case c == mpStr8:
@@ -400,20 +476,13 @@ func (d *decoder) str(old string) string {
 		n = d.be(4)
 	default:
 		d.fail("type 0x%02x, want string", c)
-		return ""
+		return nil
 	}
 	if n > uint64(len(d.buf)) {
 		d.fail("string of %d bytes", n)
-		return ""
+		return nil
 	}
-	p := d.take(int(n))
-	if d.err != nil {
-		return ""
-	}
-	if string(p) == old {
-		return old
-	}
-	return string(p)
+	return d.take(int(n))
 }
 
 func (d *decoder) uints(dst []uint64) []uint64 {

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -26,6 +27,16 @@ var goldenBatches = []struct {
 		{Kind: Removed, Hashes: []uint64{1, 2, 3}},
 		{Kind: Cleared},
 		{Kind: Stored, Parent: 9, Hashes: []uint64{math.MaxUint64}},
+	}}},
+	// A GPU eviction that offloads, as vLLM reports it: GPU Removed, then
+	// CPU Stored; then the block loaded back (GPU Stored, the CPU copy
+	// stays) and a host-memory eviction to disk.
+	{"offload", Batch{WorkerID: "w3", Epoch: 4, Seq: 2, UnixNano: 6, Events: []Event{
+		{Kind: Removed, Medium: TierGPU, Hashes: []uint64{0x11, 0x12}},
+		{Kind: Stored, Medium: TierCPU, Parent: 0x10, Hashes: []uint64{0x11, 0x12}},
+		{Kind: Stored, Medium: TierGPU, Parent: 0x10, Hashes: []uint64{0x11}},
+		{Kind: Removed, Medium: TierCPU, Hashes: []uint64{0x12}},
+		{Kind: Stored, Medium: TierDisk, Parent: 0x11, Hashes: []uint64{0x12}},
 	}}},
 }
 
@@ -89,6 +100,8 @@ func TestSnapshotGolden(t *testing.T) {
 	}{
 		{"snapshot", Snapshot{WorkerID: "w1", Epoch: 11, Seq: 99, Hashes: []uint64{5, 1 << 33, math.MaxUint64}}},
 		{"snapshot_error", Snapshot{WorkerID: "w1", Epoch: 11, Err: "too big"}},
+		{"snapshot_tiers", Snapshot{WorkerID: "w1", Epoch: 11, Seq: 5, Hashes: []uint64{5},
+			Lower: []TierHashes{{Medium: TierCPU, Hashes: []uint64{5, 6}}, {Medium: TierDisk, Hashes: []uint64{7}}}}},
 	}
 	for _, tt := range tests {
 		golden(t, tt.name, AppendSnapshot(nil, &tt.snap))
@@ -97,9 +110,56 @@ func TestSnapshotGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got.WorkerID != tt.snap.WorkerID || got.Epoch != tt.snap.Epoch || got.Seq != tt.snap.Seq ||
-			!slices.Equal(got.Hashes, tt.snap.Hashes) || got.Err != tt.snap.Err {
+			!slices.Equal(got.Hashes, tt.snap.Hashes) || got.Err != tt.snap.Err || fmt.Sprint(got.Lower) != fmt.Sprint(tt.snap.Lower) {
 			t.Errorf("%s: decoded %+v, want %+v", tt.name, got, tt.snap)
 		}
+	}
+}
+
+// TestDecodeWithoutMedium: the first encoding had no medium; its events are
+// GPU events.
+func TestDecodeWithoutMedium(t *testing.T) {
+	var got Batch
+	if err := DecodeBatch(readGolden(t, "batch_mixed_nomedium"), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := &goldenBatches[2].batch; !batchEqual(&got, want) || got.UnknownMedia != 0 {
+		t.Errorf("decoded %+v, want %+v", got, *want)
+	}
+}
+
+// TestUnknownMedium: a medium Switchyard does not know is counted and read
+// as the slowest tier, never as the GPU, and the batch is not rejected.
+func TestUnknownMedium(t *testing.T) {
+	tests := []struct {
+		name, medium string
+		want         Tier
+		unknown      int
+	}{
+		{"gpu", "GPU", TierGPU, 0},
+		{"lower case", "cpu", TierCPU, 0},
+		{"disk", "DISK", TierDisk, 0},
+		{"empty is gpu", "", TierGPU, 0},
+		{"unknown", "NVME_OF", TierDisk, 1},
+		{"lookalike", "GPU2", TierDisk, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := Batch{WorkerID: "w", Epoch: 1, Seq: 1, Events: []Event{{Kind: Stored, Parent: 1, Hashes: []uint64{2}}}}
+			data := AppendBatch(nil, &b)
+			// Swap the encoded "GPU" (a3 'G' 'P' 'U', last) for the medium.
+			data = appendStr(data[:len(data)-4], tt.medium)
+			var got Batch
+			if err := DecodeBatch(data, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Events[0].Medium != tt.want || got.UnknownMedia != tt.unknown {
+				t.Errorf("medium %q: tier %v, unknown %d; want %v, %d", tt.medium, got.Events[0].Medium, got.UnknownMedia, tt.want, tt.unknown)
+			}
+			if tier, ok := ParseMedium(tt.medium); tier != tt.want || ok != (tt.unknown == 0) {
+				t.Errorf("ParseMedium(%q) = %v, %v", tt.medium, tier, ok)
+			}
+		})
 	}
 }
 
@@ -111,7 +171,7 @@ func batchEqual(a, b *Batch) bool {
 	}
 	for i := range a.Events {
 		x, y := a.Events[i], b.Events[i]
-		if x.Kind != y.Kind || x.Parent != y.Parent || !slices.Equal(x.Hashes, y.Hashes) {
+		if x.Kind != y.Kind || x.Medium != y.Medium || x.Parent != y.Parent || !slices.Equal(x.Hashes, y.Hashes) {
 			return false
 		}
 	}

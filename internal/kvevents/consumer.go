@@ -20,10 +20,12 @@ import (
 // kvindex.Index implements it. Calls for one worker never overlap; calls
 // for different workers may. Implementations must not retain hashes.
 type IndexWriter interface {
-	// Store records blocks held by worker; false means the index refused
-	// the worker (it is full of workers).
-	Store(worker string, hashes []uint64) bool
-	Remove(worker string, hashes []uint64)
+	// StoreTier records blocks held by worker in tier t; false means the
+	// index refused the worker (it is full of workers).
+	StoreTier(worker string, t Tier, hashes []uint64) bool
+	// RemoveTier records that worker no longer holds the blocks in tier t;
+	// a block it holds in another tier stays there.
+	RemoveTier(worker string, t Tier, hashes []uint64)
 	Clear(worker string)
 	DropWorker(worker string)
 }
@@ -329,6 +331,12 @@ func (c *Consumer) applyLocked(w *worker, b *Batch, now time.Time) {
 func (c *Consumer) applyEventsLocked(w *worker, b *Batch) bool {
 	ok, blocks := Apply(c.cfg.Index, w.id, b.Events)
 	w.h.Blocks += uint64(blocks)
+	for i := range b.Events {
+		if e := &b.Events[i]; e.Kind != Cleared {
+			w.h.TierBlocks[min(e.Medium, TierDisk)] += uint64(len(e.Hashes))
+		}
+	}
+	w.h.UnknownMedia += uint64(b.UnknownMedia)
 	w.h.Batches++
 	return ok
 }
@@ -344,9 +352,9 @@ func Apply(idx IndexWriter, worker string, events []Event) (ok bool, blocks int)
 		e := &events[i]
 		switch e.Kind {
 		case Stored:
-			ok = idx.Store(worker, e.Hashes) && ok
+			ok = idx.StoreTier(worker, e.Medium, e.Hashes) && ok
 		case Removed:
-			idx.Remove(worker, e.Hashes)
+			idx.RemoveTier(worker, e.Medium, e.Hashes)
 		case Cleared:
 			idx.Clear(worker)
 		}
@@ -494,7 +502,12 @@ func (c *Consumer) resync(ctx context.Context, w *worker) {
 // sync; if not, the caller fetches another snapshot.
 func (c *Consumer) installLocked(w *worker, s *Snapshot, now time.Time) bool {
 	c.cfg.Index.Clear(w.id)
-	if !c.cfg.Index.Store(w.id, s.Hashes) {
+	ok := c.cfg.Index.StoreTier(w.id, TierGPU, s.Hashes)
+	for _, l := range s.Lower {
+		ok = ok && c.cfg.Index.StoreTier(w.id, l.Medium, l.Hashes)
+	}
+	w.h.UnknownMedia += uint64(s.UnknownMedia)
+	if !ok {
 		w.pending = w.pending[:0]
 		w.retryAt = now.Add(time.Second)
 		c.setStateLocked(w, StateResyncing, "kv index refused the worker (worker limit reached)", now)

@@ -27,9 +27,15 @@ func (k Kind) String() string {
 // Event is one change to a worker's cache. For Stored, Parent is the hash of
 // the block before Hashes[0] (kvindex.Root(salt) for a prompt's first block)
 // and Hashes are consecutive blocks of one chain. Removed lists evicted
-// hashes in any order. Cleared has no hashes.
+// hashes in any order. Cleared has no hashes and drops every tier.
+//
+// Medium is the tier the blocks were stored in or removed from, as in
+// vLLM's events: a GPU eviction that offloads the block to host memory is a
+// GPU Removed followed by a CPU Stored, and a block loaded back is a GPU
+// Stored while its CPU copy stays.
 type Event struct {
 	Kind   Kind
+	Medium Tier
 	Parent uint64
 	Hashes []uint64
 }
@@ -44,4 +50,7 @@ type Batch struct {
 	UnixNano  int64 // the worker's wall clock when the batch was sealed
 	Heartbeat bool  // true for an idle heartbeat; Events is then empty
 	Events    []Event
+	// UnknownMedia counts events whose medium the decoder did not know;
+	// their Medium is TierDisk. Not encoded.
+	UnknownMedia int
 }

@@ -69,4 +69,9 @@ type WorkerHealth struct {
 	Resyncs      uint64        `json:"resyncs"`   // snapshots installed
 	Malformed    uint64        `json:"malformed"` // undecodable messages on its subject
 	Stale        uint64        `json:"stale"`     // ignored: duplicate, old-epoch, or sent while disabled
+	// TierBlocks splits Blocks by medium: GPU, CPU, disk.
+	TierBlocks [3]uint64 `json:"tier_blocks"`
+	// UnknownMedia counts events (and snapshot tiers) whose medium was not
+	// one Switchyard knows; their blocks were indexed as the slowest tier.
+	UnknownMedia uint64 `json:"unknown_media"`
 }

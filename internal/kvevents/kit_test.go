@@ -13,38 +13,54 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/bus/bustest"
 )
 
-// memIndex is an in-memory IndexWriter: worker → set of hashes.
+// memIndex is an in-memory IndexWriter: worker → set of hashes held in any
+// tier, and worker → hash → tier mask.
 type memIndex struct {
 	mu      sync.Mutex
 	blocks  map[string]map[uint64]struct{}
+	tiers   map[string]map[uint64]uint8
 	clears  int
 	dropped []string
 }
 
 var _ IndexWriter = (*memIndex)(nil)
 
-func newMemIndex() *memIndex { return &memIndex{blocks: make(map[string]map[uint64]struct{})} }
+func newMemIndex() *memIndex {
+	return &memIndex{blocks: make(map[string]map[uint64]struct{}), tiers: make(map[string]map[uint64]uint8)}
+}
 
-func (x *memIndex) Store(w string, hs []uint64) bool {
+func (x *memIndex) StoreTier(w string, t Tier, hs []uint64) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	m := x.blocks[w]
 	if m == nil {
 		m = make(map[uint64]struct{})
 		x.blocks[w] = m
+		x.tiers[w] = make(map[uint64]uint8)
 	}
 	for _, h := range hs {
 		m[h] = struct{}{}
+		x.tiers[w][h] |= 1 << t
 	}
 	return true
 }
 
-func (x *memIndex) Remove(w string, hs []uint64) {
+func (x *memIndex) RemoveTier(w string, t Tier, hs []uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, h := range hs {
-		delete(x.blocks[w], h)
+		if x.tiers[w][h] &^= 1 << t; x.tiers[w][h] == 0 {
+			delete(x.blocks[w], h)
+			delete(x.tiers[w], h)
+		}
 	}
+}
+
+// tierOf returns worker w's tier mask for block h.
+func (x *memIndex) tierOf(w string, h uint64) uint8 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.tiers[w][h]
 }
 
 func (x *memIndex) Clear(w string) {
@@ -52,12 +68,14 @@ func (x *memIndex) Clear(w string) {
 	defer x.mu.Unlock()
 	x.clears++
 	clear(x.blocks[w])
+	clear(x.tiers[w])
 }
 
 func (x *memIndex) DropWorker(w string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	delete(x.blocks, w)
+	delete(x.tiers, w)
 	x.dropped = append(x.dropped, w)
 }
 

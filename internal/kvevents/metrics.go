@@ -21,6 +21,10 @@ var (
 		"Sequence gaps detected in a worker's KV events.", []string{"worker"}, nil)
 	descResyncs = prometheus.NewDesc("switchyard_kv_event_resyncs_total",
 		"Snapshots installed to resynchronise a worker.", []string{"worker"}, nil)
+	descTierBlocks = prometheus.NewDesc("switchyard_kv_event_tier_blocks_total",
+		"Block hashes in applied Stored and Removed events, by medium.", []string{"worker", "medium"}, nil)
+	descUnknownMedia = prometheus.NewDesc("switchyard_kv_event_unknown_medium_total",
+		"KV events whose medium was unknown; their blocks were indexed as the slowest tier.", []string{"worker"}, nil)
 	descMalformed = prometheus.NewDesc("switchyard_kv_event_malformed_total",
 		"KV event messages rejected as malformed.", nil, nil)
 )
@@ -29,7 +33,7 @@ var (
 type metrics struct{ c *Consumer }
 
 func (m metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHealth, descAge, descBatches, descBlocks, descGaps, descResyncs, descMalformed} {
+	for _, d := range []*prometheus.Desc{descHealth, descAge, descBatches, descBlocks, descGaps, descResyncs, descTierBlocks, descUnknownMedia, descMalformed} {
 		ch <- d
 	}
 }
@@ -52,6 +56,10 @@ func (m metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBlocks, prometheus.CounterValue, float64(h.Blocks), w.id)
 		ch <- prometheus.MustNewConstMetric(descGaps, prometheus.CounterValue, float64(h.Gaps), w.id)
 		ch <- prometheus.MustNewConstMetric(descResyncs, prometheus.CounterValue, float64(h.Resyncs), w.id)
+		for t, n := range h.TierBlocks {
+			ch <- prometheus.MustNewConstMetric(descTierBlocks, prometheus.CounterValue, float64(n), w.id, Tier(t).String())
+		}
+		ch <- prometheus.MustNewConstMetric(descUnknownMedia, prometheus.CounterValue, float64(h.UnknownMedia), w.id)
 	}
 	ch <- prometheus.MustNewConstMetric(descMalformed, prometheus.CounterValue, float64(m.c.malformed.Load()))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,17 +179,36 @@ func (p *Publisher) Run(ctx context.Context) error {
 // is answered with an error (about 900k blocks at the embedded server's
 // 8 MiB).
 func (p *Publisher) ServeSnapshots(ctx context.Context, snap func(fn func(hashes []uint64))) error {
+	return p.ServeTieredSnapshots(ctx, func(fn func(Tier, []uint64)) {
+		snap(func(hashes []uint64) { fn(TierGPU, hashes) })
+	})
+}
+
+// ServeTieredSnapshots is ServeSnapshots for a worker with lower tiers: snap
+// calls fn with the blocks of each tier (a block held in two tiers is given
+// in both).
+func (p *Publisher) ServeTieredSnapshots(ctx context.Context, snap func(fn func(t Tier, hashes []uint64))) error {
 	sub, err := p.nc.Subscribe(p.snapSubj, func(m *nats.Msg) {
 		s := Snapshot{WorkerID: p.worker, Epoch: p.epoch}
 		called := false
-		snap(func(hashes []uint64) {
+		snap(func(t Tier, hashes []uint64) {
 			if !called {
 				called = true
 				p.mu.Lock()
 				s.Seq = p.seq
 				p.mu.Unlock()
 			}
-			s.Hashes = append(s.Hashes, hashes...)
+			if t == TierGPU {
+				s.Hashes = append(s.Hashes, hashes...)
+				return
+			}
+			for i := range s.Lower {
+				if s.Lower[i].Medium == t {
+					s.Lower[i].Hashes = append(s.Lower[i].Hashes, hashes...)
+					return
+				}
+			}
+			s.Lower = append(s.Lower, TierHashes{Medium: t, Hashes: slices.Clone(hashes)})
 		})
 		if !called {
 			s.Err = "worker produced no snapshot"

@@ -150,11 +150,18 @@ func (x *Index) register(worker string) (WorkerID, bool) {
 	return id, true
 }
 
-// Store records that worker holds the blocks with the given hashes. A
-// worker is registered on its first Store. Cost: one shard lock and one
-// probe per hash, amortised O(1); a shard table doubles when 3/4 full.
-// Store reports false only when the index already knows MaxWorkers workers.
+// Store records that worker holds the blocks with the given hashes in GPU
+// memory: StoreTier(worker, TierGPU, hashes).
 func (x *Index) Store(worker string, hashes []uint64) bool {
+	return x.StoreTier(worker, TierGPU, hashes)
+}
+
+// StoreTier records that worker holds the blocks with the given hashes in
+// tier t (an invalid tier counts as TierDisk, the slowest). A worker is
+// registered on its first store. Cost: one shard lock and one probe per
+// hash, amortised O(1); a shard table doubles when 3/4 full. It reports
+// false only when the index already knows MaxWorkers workers.
+func (x *Index) StoreTier(worker string, t Tier, hashes []uint64) bool {
 	x.mu.RLock()
 	id, ok := x.ids[worker]
 	x.mu.RUnlock()
@@ -169,15 +176,16 @@ func (x *Index) Store(worker string, hashes []uint64) bool {
 	if !ok {
 		return true // dropped while we registered; nothing to record for it
 	}
-	x.apply(hashes, id, true)
+	x.apply(hashes, id, true, t.bit())
 	return true
 }
 
-// apply adds (store) or removes id for every hash. Consecutive hashes of
-// one shard share a lock and seq bracket. (Sorting an event's hashes to
-// group them by shard was measured and lost: on 64-block events over 64
-// shards it saved few lock round trips and cost more in the sort.)
-func (x *Index) apply(hashes []uint64, id WorkerID, store bool) {
+// apply adds (store) or removes the tiers of mask for id on every hash.
+// Consecutive hashes of one shard share a lock and seq bracket. (Sorting an
+// event's hashes to group them by shard was measured and lost: on 64-block
+// events over 64 shards it saved few lock round trips and cost more in the
+// sort.)
+func (x *Index) apply(hashes []uint64, id WorkerID, store bool, mask uint16) {
 	x.touch(hashes)
 	for i := 0; i < len(hashes); {
 		s := x.shardOf(slotKey(hashes[i]))
@@ -190,9 +198,9 @@ func (x *Index) apply(hashes []uint64, id WorkerID, store bool) {
 		s.seq.Add(1)
 		for _, h := range hashes[i:j] {
 			k := slotKey(h)
-			if store && s.add(k, id, x.topMask) {
+			if store && s.add(k, id, mask, x.topMask) {
 				delta++
-			} else if !store && s.remove(k, id, x.topMask) {
+			} else if !store && s.remove(k, id, mask, x.topMask) {
 				delta--
 			}
 		}
@@ -221,16 +229,24 @@ func (x *Index) touch(hashes []uint64) {
 // touchSink keeps touch's loads from being optimised away.
 var touchSink atomic.Uint64
 
-// Remove records that worker no longer holds the given blocks. Unknown
-// workers and blocks are ignored. Cost: as Store.
+// Remove records that worker no longer holds the given blocks in GPU
+// memory: RemoveTier(worker, TierGPU, hashes).
 func (x *Index) Remove(worker string, hashes []uint64) {
+	x.RemoveTier(worker, TierGPU, hashes)
+}
+
+// RemoveTier records that worker no longer holds the given blocks in tier t
+// (an invalid tier counts as TierDisk). A block the worker still holds in
+// another tier stays indexed in that tier. Unknown workers and blocks are
+// ignored. Cost: as StoreTier.
+func (x *Index) RemoveTier(worker string, t Tier, hashes []uint64) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	id, ok := x.ids[worker]
 	if !ok {
 		return
 	}
-	x.apply(hashes, id, false)
+	x.apply(hashes, id, false, t.bit())
 }
 
 // Clear removes every block of worker and keeps the worker known (a worker
@@ -333,9 +349,9 @@ func (x *Index) Slots() int {
 // microsecond unless it is descheduled, which the lock then waits out.
 const spinTries = 4
 
-// readSet appends the holders of block key k to dst, consistently. ok is
-// false when the block has no holders.
-func (x *Index) readSet(k uint64, dst []WorkerID) []WorkerID {
+// readSet appends the members of block key k's holder set (worker ID and
+// tier mask, as in a lane) to dst, consistently.
+func (x *Index) readSet(k uint64, dst []uint16) []uint16 {
 	s := x.shardOf(k)
 	base := len(dst)
 	for try := 0; ; try++ {
@@ -361,7 +377,7 @@ func (x *Index) readSet(k uint64, dst []WorkerID) []WorkerID {
 	}
 }
 
-func readSetFrom(t *table, k uint64, dst []WorkerID, topMask uint64) []WorkerID {
+func readSetFrom(t *table, k uint64, dst []uint16, topMask uint64) []uint16 {
 	hi := t.find(k)
 	if hi < 0 {
 		return dst
@@ -380,7 +396,7 @@ func readSetFrom(t *table, k uint64, dst []WorkerID, topMask uint64) []WorkerID 
 			}
 			v = t.slots[ci].loadVal()
 		}
-		dst = append(dst, WorkerID(lane(v, li)))
+		dst = append(dst, lane(v, li))
 	}
 	return dst
 }

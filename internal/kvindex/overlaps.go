@@ -1,12 +1,15 @@
 package kvindex
 
-import "slices"
+import "math/bits"
 
 // Hit is one worker's overlap with a prompt.
 type Hit struct {
 	ID     WorkerID
 	Worker string
 	Blocks int // leading blocks of the chain the worker holds, ≥ 1
+	// Tiers counts those blocks by the fastest tier the worker holds each
+	// in; they sum to Blocks.
+	Tiers TierCounts
 }
 
 // Overlaps is the reusable result of Index.Overlaps. The zero value is
@@ -19,13 +22,15 @@ type Overlaps struct {
 	// ascending order of Blocks.
 	Hits []Hit
 
-	alive, next, set []WorkerID
-	lines            []*line  // home lines of the current prefetch window; cleared after each lookup
-	mark             []uint32 // by WorkerID: stamp of the block whose holders were marked
-	stamp            uint32
-	blocks           []int32  // by WorkerID: overlap, valid when seen[id] == call
-	seen             []uint32 // by WorkerID
-	call             uint32
+	alive, next []WorkerID
+	set         []uint16 // members (ID and tier mask) of one block's holder set
+	lines       []*line  // home lines of the current prefetch window; cleared after each lookup
+	mark        []uint32 // by WorkerID: stamp of the block whose holders were marked
+	stamp       uint32
+	blocks      []int32      // by WorkerID: overlap, valid when seen[id] == call
+	tiers       []TierCounts // by WorkerID: blocks per tier so far, valid for alive workers and hits
+	seen        []uint32     // by WorkerID
+	call        uint32
 }
 
 // Blocks returns the overlap of the worker with the given ID in the last
@@ -35,6 +40,15 @@ func (o *Overlaps) Blocks(id WorkerID) int {
 		return int(o.blocks[id])
 	}
 	return 0
+}
+
+// Tiers returns the per-tier split of the overlap of the worker with the
+// given ID in the last lookup: O(1).
+func (o *Overlaps) Tiers(id WorkerID) TierCounts {
+	if int(id) < len(o.seen) && o.seen[id] == o.call {
+		return o.tiers[id]
+	}
+	return TierCounts{}
 }
 
 // Max returns the longest overlap of the last lookup.
@@ -51,6 +65,7 @@ func (o *Overlaps) reset(nIDs int) {
 		o.seen = make([]uint32, nIDs)
 		o.blocks = make([]int32, nIDs)
 		o.mark = make([]uint32, nIDs)
+		o.tiers = make([]TierCounts, nIDs)
 		o.call, o.stamp = 0, 0
 	}
 	o.call++
@@ -61,7 +76,7 @@ func (o *Overlaps) reset(nIDs int) {
 }
 
 func (o *Overlaps) hit(names []string, id WorkerID, blocks int) {
-	o.Hits = append(o.Hits, Hit{ID: id, Worker: names[id], Blocks: blocks})
+	o.Hits = append(o.Hits, Hit{ID: id, Worker: names[id], Blocks: blocks, Tiers: o.tiers[id]})
 	o.seen[id] = o.call
 	o.blocks[id] = int32(blocks)
 }
@@ -79,13 +94,15 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 	if len(hashes) == 0 {
 		return
 	}
-	out.alive = x.readSet(slotKey(hashes[0]), out.alive[:0])
+	out.set = x.readSet(slotKey(hashes[0]), out.set[:0])
 	// Keep only workers of this lookup's name snapshot: one registered since
 	// has no name here, and later blocks only narrow the set.
 	alive := out.alive[:0]
-	for _, w := range out.alive {
-		if int(w) < len(names) && names[w] != "" {
+	for _, m := range out.set {
+		if w := WorkerID(m & idMask); int(w) < len(names) && names[w] != "" {
 			alive = append(alive, w)
+			out.tiers[w] = TierCounts{}
+			out.tiers[w][bestTier(m>>tierShift)]++
 		}
 	}
 	// The walk keeps its two worker lists in locals: writing them back to
@@ -107,7 +124,12 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 		if len(alive) == 1 {
 			// The common case, one worker matching: skip the blocks it
 			// holds in a tight loop; stop at the first it may not hold.
-			i += x.matchRun(hashes[i:win], lines[i-base:win-base], alive[0])
+			n, cpu, disk := x.matchRun(hashes[i:win], lines[i-base:win-base], alive[0])
+			tc := &out.tiers[alive[0]]
+			tc[TierGPU] += int32(n - cpu - disk)
+			tc[TierCPU] += int32(cpu)
+			tc[TierDisk] += int32(disk)
+			i += n
 			if i >= win {
 				i-- // the loop's i++ moves to the next window
 				continue
@@ -128,10 +150,21 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 				out.hit(names, w, i)
 			}
 		case n <= idsPerSlot:
-			a, b, c := WorkerID(lane(head, 0)), WorkerID(lane(head, 1)), WorkerID(lane(head, 2))
+			a, b, c := lane(head, 0), lane(head, 1), lane(head, 2)
 			for _, w := range alive {
-				if w == a || w == b || w == c {
+				var m uint16
+				if WorkerID(a&idMask) == w {
+					m = a
+				}
+				if WorkerID(b&idMask) == w {
+					m = b
+				}
+				if WorkerID(c&idMask) == w {
+					m = c
+				}
+				if m != 0 {
 					next = append(next, w)
+					out.tiers[w][bestTier(m>>tierShift)]++
 				} else {
 					out.hit(names, w, i)
 				}
@@ -163,27 +196,39 @@ const prefetchWindow = 128
 func (out *Overlaps) intersect(names []string, alive, next []WorkerID, i int) []WorkerID {
 	if len(alive)*len(out.set) <= 64 {
 		for _, w := range alive {
-			if slices.Contains(out.set, w) {
+			m := uint16(0)
+			for _, x := range out.set {
+				if WorkerID(x&idMask) == w {
+					m = x
+					break
+				}
+			}
+			if m != 0 {
 				next = append(next, w)
+				out.tiers[w][bestTier(m>>tierShift)]++
 			} else {
 				out.hit(names, w, i)
 			}
 		}
 		return next
 	}
+	// A mark is the stamp in its low 29 bits and the member's tier mask in
+	// the top 3.
+	const stampMask = 1<<29 - 1
 	out.stamp++
-	if out.stamp == 0 {
+	if out.stamp > stampMask {
 		clear(out.mark)
 		out.stamp = 1
 	}
-	for _, w := range out.set {
-		if int(w) < len(out.mark) {
-			out.mark[w] = out.stamp
+	for _, x := range out.set {
+		if w := x & idMask; int(w) < len(out.mark) {
+			out.mark[w] = out.stamp | uint32(x>>tierShift)<<29
 		}
 	}
 	for _, w := range alive {
-		if out.mark[w] == out.stamp {
+		if v := out.mark[w]; v&stampMask == out.stamp {
 			next = append(next, w)
+			out.tiers[w][bestTier(uint16(v>>29))]++
 		} else {
 			out.hit(names, w, i)
 		}
@@ -220,13 +265,14 @@ func (x *Index) prefetch(hashes []uint64, lines []*line) {
 
 // matchRun returns how many leading blocks of hashes, whose home lines are in
 // lines, are held by worker w in a set of at most three holders, read
-// consistently. It stops at the first block that needs the general walk: not
-// held by w, more holders, a writer active or a probe run leaving the line.
-// A loop this small keeps its state in registers; the general walk spilled
-// to the stack. Measured median one-holder lookup on the 10 M-block index
-// (shared 2-core box): ~24 µs with the general walk, ~18 µs with matchRun
-// calling line.scan, ~15 µs with the scan inlined.
-func (x *Index) matchRun(hashes []uint64, lines []*line, w WorkerID) int {
+// consistently, and how many of those w holds at best in CPU memory and on
+// disk. It stops at the first block that needs the general walk: not held by
+// w, more holders, a writer active or a probe run leaving the line. A loop
+// this small keeps its state in registers; the general walk spilled to the
+// stack. Measured median one-holder lookup on the 10 M-block index (shared
+// 2-core box): ~24 µs with the general walk, ~18 µs with matchRun calling
+// line.scan, ~15 µs with the scan inlined.
+func (x *Index) matchRun(hashes []uint64, lines []*line, w WorkerID) (n, cpu, disk int) {
 	const ones = 0x0000_0001_0001_0001 // lanes 0–2
 	const highs = 0x0000_8000_8000_8000
 	ww := uint64(w) * ones
@@ -255,15 +301,24 @@ func (x *Index) matchRun(hashes []uint64, lines []*line, w WorkerID) int {
 		// v == 0 when k is not in the line: no head value is 0 (lane 3
 		// holds the set size), so no separate hit flag is needed.
 		if v == 0 || s1&1 != 0 || s.seq.Load() != s1 {
-			return j
+			return j, cpu, disk
 		}
-		// Held iff the set has 1–3 members and one of lanes 0–2 equals w:
-		// the lane XOR w is zero there (a SWAR zero-lane test, exact about
-		// whether any lane is zero).
-		d := (v ^ ww) & (ones * 0xffff)
-		if n := v >> 48; n-1 >= idsPerSlot || (d-ones)&^d&highs == 0 {
-			return j
+		// Held iff the set has 1–3 members and the ID bits of one of lanes
+		// 0–2 equal w: that lane's masked XOR is zero (a SWAR zero-lane
+		// test; IDs fit in 13 bits, so a lane's bit 15 flags it). Borrows
+		// can flag a lane above a zero one, never below, so the lowest
+		// flag is w's lane.
+		d := (v ^ ww) & (ones * idMask)
+		z := (d - ones) &^ d & highs
+		if n := v >> 48; n-1 >= idsPerSlot || z == 0 {
+			return j, cpu, disk
 		}
+		// w's tier bits: GPU, CPU, disk from bit 13 of its lane up.
+		m := v >> (uint(bits.TrailingZeros64(z)) - 15 + tierShift)
+		g := m & 1
+		c := m >> 1 & 1 &^ g
+		cpu += int(c)
+		disk += int(1 - g - c)
 	}
-	return len(hashes)
+	return len(hashes), cpu, disk
 }

@@ -15,15 +15,20 @@ import (
 // impossible; on amd64 an atomic load is a plain MOV, so independent probes
 // of one lookup still overlap their cache misses.
 //
-// Holder sets are packed three worker IDs to a slot. Slot value layout
-// (16-bit lanes, lane 0 lowest): lanes 0–2 are worker IDs (0 = empty lane);
-// lane 3 of a head slot is the set's size n (1–32767), lane 3 of a
-// continuation slot is contFlag. IDs j = 3s..3s+2 of a set live in slot s:
+// Holder sets are packed three members to a slot. Slot value layout
+// (16-bit lanes, lane 0 lowest): lanes 0–2 are members (0 = empty lane), each
+// a worker ID in bits 0–12 and the tiers the worker holds the block in as a
+// mask in bits 13–15 (GPU, CPU, disk: a worker may hold a block in several,
+// e.g. a prefix loaded back from host memory keeps its host copy); lane 3 of
+// a head slot is the set's size n (1–8191), lane 3 of a continuation slot is
+// contFlag. The tiers ride in ID bits nobody used (8,191 workers per index
+// is eight times what simulate plans for), so an entry with its tier costs
+// what an entry cost before. Members j = 3s..3s+2 of a set live in slot s:
 // s = 0 is the head, stored under the block hash; s ≥ 1 is a continuation,
-// stored under contKey(hash, s). A continuation key keeps the hash's top bits,
-// so a whole set lives in one shard and one lock covers it, and its low bits,
-// so it sits in the head's probe run. Most blocks have
-// one to three holders and cost exactly one 16-byte slot.
+// stored under contKey(hash, s). A continuation key keeps the hash's top
+// bits, so a whole set lives in one shard and one lock covers it, and its
+// low bits, so it sits in the head's probe run. Most blocks have one to
+// three holders and cost exactly one 16-byte slot.
 type shard struct {
 	mu    sync.Mutex            // serialises writers; readers fall back to it after repeated seq conflicts
 	seq   atomic.Uint64         // odd while a writer changes slots in place
@@ -54,7 +59,9 @@ type table struct {
 const (
 	idsPerSlot = 3
 	contFlag   = 0x8000
-	maxHolders = 0x7fff
+	idMask     = 0x1fff // a member's worker ID bits
+	tierShift  = 13     // a member's tier mask starts here
+	maxHolders = idMask
 	// maxLoadNum/maxLoadDen is the load factor at which a shard doubles.
 	// Linear probing at 3/4 needs ~2.5 probes for a hit and ~8.5 for a
 	// miss, all within two or three adjacent cache lines; between 3/8 and
@@ -273,34 +280,44 @@ func (t *table) del(i uint64) {
 	}
 }
 
-// add records that worker id holds the block under key k. Called with mu
-// held and seq odd. It reports whether the entry is new.
-func (s *shard) add(k uint64, id WorkerID, topMask uint64) bool {
+// add records that worker id holds the block under key k in the tiers of
+// mask (tier bits, as Tier.bit). Called with mu held and seq odd. It reports
+// whether the (block, worker) entry is new; a known entry gains the tiers.
+func (s *shard) add(k uint64, id WorkerID, mask uint16, topMask uint64) bool {
+	m := uint16(id) | mask
 	t := s.tab.Load()
 	hi := t.find(k)
 	if hi < 0 {
 		t = s.reserve(1)
-		t.put(k, uint64(id)|1<<48)
+		t.put(k, uint64(m)|1<<48)
 		s.used++
 		return true
 	}
 	head := t.slots[hi].loadVal()
 	n := int(lane(head, 3))
-	if setIndex(t, k, head, n, id, topMask) >= 0 || n >= maxHolders {
+	if j := setIndex(t, k, head, n, id, topMask); j >= 0 {
+		si := slotOf(t, k, j, topMask)
+		v := t.slots[si].loadVal()
+		if old := lane(v, j%idsPerSlot); old|mask != old {
+			t.slots[si].storeVal(setLane(v, j%idsPerSlot, old|mask))
+		}
+		return false
+	}
+	if n >= maxHolders {
 		return false
 	}
 	si, li := n/idsPerSlot, n%idsPerSlot
 	switch {
 	case si == 0:
-		head = setLane(head, li, uint16(id))
+		head = setLane(head, li, m)
 	case li == 0:
 		t = s.reserve(1)
-		t.put(contKey(k, si, topMask), uint64(id)|contFlag<<48)
+		t.put(contKey(k, si, topMask), uint64(m)|contFlag<<48)
 		s.used++
 		hi = t.find(k)
 	default:
 		ci := t.find(contKey(k, si, topMask))
-		t.slots[ci].storeVal(setLane(t.slots[ci].loadVal(), li, uint16(id)))
+		t.slots[ci].storeVal(setLane(t.slots[ci].loadVal(), li, m))
 	}
 	t.slots[hi].storeVal(setLane(head, 3, uint16(n+1)))
 	return true
@@ -341,7 +358,7 @@ func setIndex(t *table, k, head uint64, n int, id WorkerID, topMask uint64) int 
 			}
 			v = t.slots[ci].loadVal()
 		}
-		if WorkerID(lane(v, li)) == id {
+		if WorkerID(lane(v, li)&idMask) == id {
 			return j
 		}
 	}
@@ -357,9 +374,10 @@ func slotOf(t *table, k uint64, j int, topMask uint64) int {
 	return t.find(k)
 }
 
-// remove drops worker id from the set under key k. Called with mu held and
-// seq odd. It reports whether an entry was removed.
-func (s *shard) remove(k uint64, id WorkerID, topMask uint64) bool {
+// remove drops the tiers of mask from worker id's entry under key k, and the
+// entry itself once it has no tier left. Called with mu held and seq odd. It
+// reports whether the entry was removed.
+func (s *shard) remove(k uint64, id WorkerID, mask uint16, topMask uint64) bool {
 	t := s.tab.Load()
 	hi := t.find(k)
 	if hi < 0 {
@@ -371,6 +389,12 @@ func (s *shard) remove(k uint64, id WorkerID, topMask uint64) bool {
 	if p < 0 {
 		return false
 	}
+	pi := slotOf(t, k, p, topMask)
+	if pv := t.slots[pi].loadVal(); lane(pv, p%idsPerSlot)&^mask&^idMask != 0 {
+		// Still held in another tier: drop only these.
+		t.slots[pi].storeVal(setLane(pv, p%idsPerSlot, lane(pv, p%idsPerSlot)&^mask))
+		return false
+	}
 	last := n - 1
 	if last == 0 {
 		t.del(uint64(hi))
@@ -379,9 +403,8 @@ func (s *shard) remove(k uint64, id WorkerID, topMask uint64) bool {
 	}
 	// Move the last member into p, then shrink the set by one.
 	li := slotOf(t, k, last, topMask)
-	lastID := lane(t.slots[li].loadVal(), last%idsPerSlot)
-	pi := slotOf(t, k, p, topMask)
-	t.slots[pi].storeVal(setLane(t.slots[pi].loadVal(), p%idsPerSlot, lastID))
+	lastM := lane(t.slots[li].loadVal(), last%idsPerSlot)
+	t.slots[pi].storeVal(setLane(t.slots[pi].loadVal(), p%idsPerSlot, lastM))
 	if last%idsPerSlot == 0 {
 		t.del(uint64(slotOf(t, k, last, topMask)))
 		s.used--
@@ -419,12 +442,12 @@ func (s *shard) without(id WorkerID, topMask uint64) int {
 			if li == 0 && si > 0 {
 				v = old.slots[old.find(contKey(k, si, topMask))].loadVal()
 			}
-			w := WorkerID(lane(v, li))
-			if w == id {
+			m := lane(v, li)
+			if WorkerID(m&idMask) == id {
 				removed++
 				continue
 			}
-			fresh.add(k, w, topMask)
+			fresh.add(k, WorkerID(m&idMask), m&^idMask, topMask)
 		}
 	}
 	if removed == 0 {
