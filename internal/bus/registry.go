@@ -18,6 +18,11 @@ import (
 // expires, and a dead one leaves routing within 6 s (the issue asks ≤ 10 s).
 const DefaultTTL = 6 * time.Second
 
+// retryEvery paces retries of a failed registry refresh or watch: short
+// enough that a NATS server back from a restart sees every worker again
+// well within a TTL, long enough not to spin while it is down.
+const retryEvery = 250 * time.Millisecond
+
 // RegistryConfig configures a Registry.
 type RegistryConfig struct {
 	NC       *nats.Conn
@@ -34,10 +39,20 @@ type RegistryConfig struct {
 // Registry is the worker registry: a JetStream key-value bucket, one key per
 // worker ID, whose entries expire TTL after their last refresh. It is safe
 // for concurrent use.
+//
+// The bucket uses memory storage, so a NATS server restart loses it. Every
+// user of a Registry recreates it when it finds it gone (ensure): a worker's
+// Registration on its next refresh or on reconnect, a Watcher when it
+// re-establishes its watch.
 type Registry struct {
-	kv  jetstream.KeyValue
-	ttl time.Duration
-	log *slog.Logger
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	kvCfg jetstream.KeyValueConfig
+	ttl   time.Duration
+	log   *slog.Logger
+
+	mu sync.Mutex // guards kv
+	kv jetstream.KeyValue
 }
 
 // OpenRegistry opens the namespace's registry bucket, creating it if needed.
@@ -76,26 +91,75 @@ func OpenRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 		// removal prompt instead of waiting for the staleness sweep.
 		LimitMarkerTTL: ttl,
 	}
-	kv, err := js.CreateKeyValue(ctx, kvCfg)
-	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
-		kvCfg.LimitMarkerTTL = 0
-		kv, err = js.CreateKeyValue(ctx, kvCfg)
-	}
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		kv, err = js.KeyValue(ctx, bucket)
-	}
+	r := &Registry{nc: cfg.NC, js: js, kvCfg: kvCfg, ttl: ttl, log: log}
+	kv, err := r.ensure(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bus: open registry bucket %s: %w", bucket, err)
+		return nil, err
 	}
 	st, err := kv.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bus: registry bucket %s status: %w", bucket, err)
 	}
 	if st.TTL() > 0 {
-		ttl = st.TTL()
+		r.ttl = st.TTL()
 	}
-	return &Registry{kv: kv, ttl: ttl, log: log}, nil
+	return r, nil
 }
+
+// ensure opens the bucket, creating it if it does not exist (again: a NATS
+// restart loses a memory-storage bucket). Creating a bucket that exists
+// with the same settings is a no-op on the server, so every process may
+// call it at once.
+func (r *Registry) ensure(ctx context.Context) (jetstream.KeyValue, error) {
+	cfg := r.kvCfg
+	kv, err := r.js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		cfg.LimitMarkerTTL = 0
+		kv, err = r.js.CreateKeyValue(ctx, cfg)
+	}
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		// Another TTL (or server version) made it first; use it as it is.
+		kv, err = r.js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bus: open registry bucket %s: %w", cfg.Bucket, err)
+	}
+	r.mu.Lock()
+	r.kv = kv
+	r.mu.Unlock()
+	return kv, nil
+}
+
+func (r *Registry) bucket() jetstream.KeyValue {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kv
+}
+
+// bucketGone reports whether err says the registry's stream is missing,
+// as it is after a restart of a NATS server that held it in memory.
+func bucketGone(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// put writes key, recreating the bucket once if it is gone.
+func (r *Registry) put(ctx context.Context, key string, val []byte) error {
+	_, err := r.bucket().Put(ctx, key, val)
+	if err == nil || !bucketGone(err) {
+		return err
+	}
+	kv, eerr := r.ensure(ctx)
+	if eerr != nil {
+		return fmt.Errorf("%w (recreating the bucket: %w)", err, eerr)
+	}
+	r.log.Info("registry bucket recreated (the NATS server lost it, e.g. in a restart)", "bucket", r.kvCfg.Bucket)
+	_, err = kv.Put(ctx, key, val)
+	return err
+}
+
+// Connected reports whether the registry's NATS connection is up.
+func (r *Registry) Connected() bool { return r.nc.IsConnected() }
 
 // TTL is the entry lifetime in force for the bucket.
 func (r *Registry) TTL() time.Duration { return r.ttl }
@@ -116,7 +180,10 @@ type Registration struct {
 
 // Register puts info under its ID and refreshes it every TTL/3 until Close
 // is called or ctx ends; both delete the entry. Refresh failures are logged
-// and retried at the next tick (a lost entry is simply put again).
+// and retried at the next tick (a lost entry is simply put again, a lost
+// bucket recreated). When the NATS connection comes back after an outage
+// the entry is put at once, so a restarted server learns of the worker
+// without waiting for a tick.
 func (r *Registry) Register(ctx context.Context, info WorkerInfo) (*Registration, error) {
 	if err := ValidateName("worker id", info.ID); err != nil {
 		return nil, err
@@ -125,7 +192,7 @@ func (r *Registry) Register(ctx context.Context, info WorkerInfo) (*Registration
 	if err != nil {
 		return nil, fmt.Errorf("bus: encode worker %s: %w", info.ID, err)
 	}
-	if _, err := r.kv.Put(ctx, info.ID, val); err != nil {
+	if err := r.put(ctx, info.ID, val); err != nil {
 		return nil, fmt.Errorf("bus: register worker %s: %w", info.ID, err)
 	}
 	g := &Registration{r: r, key: info.ID, val: val, stop: make(chan struct{}), done: make(chan struct{})}
@@ -138,6 +205,9 @@ func (g *Registration) loop(ctx context.Context) {
 	every := g.r.ttl / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	up := g.r.nc.StatusChanged(nats.CONNECTED)
+	defer g.r.nc.RemoveStatusListener(up)
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -146,13 +216,25 @@ func (g *Registration) loop(ctx context.Context) {
 		case <-g.stop:
 			g.finish()
 			return
+		case <-up:
+			t.Reset(every)
 		case <-t.C:
-			pctx, cancel := context.WithTimeout(ctx, every)
-			_, err := g.r.kv.Put(pctx, g.key, g.val)
-			cancel()
-			if err != nil && ctx.Err() == nil {
-				g.r.log.Warn("registry refresh failed; retrying", "worker", g.key, "err", err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := g.r.put(pctx, g.key, g.val)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			// Retry soon: the entry must be back before it expires.
+			t.Reset(min(every, retryEvery))
+			if !failing {
+				failing = true
+				g.r.log.Warn("registry refresh failed; retrying", "worker", g.key, "every", min(every, retryEvery), "err", err)
 			}
+		case err == nil && failing:
+			failing = false
+			t.Reset(every)
+			g.r.log.Info("registry refresh works again", "worker", g.key)
 		}
 	}
 }
@@ -167,7 +249,7 @@ func (g *Registration) finish() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := g.r.kv.Delete(ctx, g.key); err != nil {
+	if err := g.r.bucket().Delete(ctx, g.key); err != nil {
 		g.mu.Lock()
 		g.closeErr = fmt.Errorf("bus: deregister worker %s: %w", g.key, err)
 		g.mu.Unlock()

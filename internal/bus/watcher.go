@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -78,6 +80,13 @@ type WatchConfig struct {
 // from when this watcher received it. Entries present at start are dated by
 // their server timestamp (clamped to the TTL), so a worker that died before
 // the watcher started still leaves within the TTL of its last refresh.
+//
+// It fails static: while the NATS connection or the watch is down, the
+// sweep stops and the last known workers stay routable (the frontend's
+// outlier ejection drops those that stop answering HTTP). When the watch
+// is back (the bucket recreated if the server lost it), every entry gets a
+// fresh TTL to be refreshed in, so workers that re-register in time never
+// leave. BusDown reports the state.
 type Watcher struct {
 	r    *Registry
 	cfg  WatchConfig
@@ -87,8 +96,11 @@ type Watcher struct {
 	done chan struct{}
 	once sync.Once
 
-	mu      sync.Mutex // guards entries
-	entries map[string]*watchEntry
+	mu        sync.Mutex // guards entries, down, downSince and downCause
+	entries   map[string]*watchEntry
+	down      bool // the connection or the watch is down: entries do not expire
+	downSince time.Time
+	downCause string
 
 	routable    prometheus.GaugeFunc
 	refusedG    prometheus.GaugeFunc
@@ -108,7 +120,7 @@ type watchEntry struct {
 // present now are loaded, so Workers is complete on return. The watcher
 // stops when ctx ends or Close is called.
 func (r *Registry) WatchWorkers(ctx context.Context, cfg WatchConfig) (*Watcher, error) {
-	kw, err := r.kv.WatchAll(ctx)
+	kw, err := r.bucket().WatchAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bus: watch registry: %w", err)
 	}
@@ -188,8 +200,10 @@ func (w *Watcher) loop(ctx context.Context) {
 	defer func() { _ = kw.Stop() }()
 	sweep := time.NewTicker(max(w.r.ttl/10, 20*time.Millisecond))
 	defer sweep.Stop()
+	status := w.r.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
+	defer w.r.nc.RemoveStatusListener(status)
 	updates := kw.Updates()
-	var retry <-chan time.Time // set while the watch is down
+	var retry <-chan time.Time // set while the watch must be re-established
 	var changes []Change
 	for {
 		changes = changes[:0]
@@ -198,36 +212,91 @@ func (w *Watcher) loop(ctx context.Context) {
 			return
 		case <-w.stop:
 			return
+		case st := <-status:
+			if st != nats.CONNECTED {
+				w.setDown("NATS connection lost; reconnecting")
+				continue
+			}
+			// After a reconnect the server may be a new one that lost the
+			// bucket, and the old watch may never deliver again: rebuild it.
+			w.setDown("NATS reconnected; re-establishing the registry watch")
+			updates, retry = nil, time.After(0)
 		case e, ok := <-updates:
 			if !ok {
 				if ctx.Err() != nil || w.stopped() {
 					return // our own shutdown closed it: nothing to report
 				}
-				// The server ended the watch (e.g. a restart). Entries keep
-				// expiring by TTL in the sweep meanwhile, so a dead worker
-				// still leaves routing; re-establish the watch.
-				w.log.Error("registry watch ended; re-establishing it", "retry_in", time.Second)
-				updates, retry = nil, time.After(time.Second)
+				w.setDown("registry watch ended")
+				w.log.Error("registry watch ended; re-establishing it", "retry_in", retryEvery)
+				updates, retry = nil, time.After(retryEvery)
 				continue
 			}
 			if e != nil {
 				changes = w.apply(e, time.Now(), changes)
 			}
 		case <-retry:
-			nkw, err := w.r.kv.WatchAll(ctx)
+			nkw, err := w.rewatch(ctx)
 			if err != nil {
-				w.log.Error("registry watch: re-establishing failed; retrying", "err", err)
-				retry = time.After(time.Second)
+				w.setDown("re-establishing the registry watch: " + err.Error())
+				retry = time.After(retryEvery)
 				continue
 			}
 			_ = kw.Stop()
 			kw, updates, retry = nkw, nkw.Updates(), nil
-			w.log.Info("registry watch re-established")
+			w.setUp(time.Now())
 		case now := <-sweep.C:
 			changes = w.sweep(now, changes)
 		}
 		w.emit(changes)
 	}
+}
+
+// rewatch recreates the bucket if it is gone and watches it again.
+func (w *Watcher) rewatch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	if !w.r.nc.IsConnected() {
+		return nil, errors.New("bus: NATS is not connected")
+	}
+	kv, err := w.r.ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return kv.WatchAll(ctx)
+}
+
+// setDown stops expiry: the registry cannot be heard, so silence says
+// nothing about the workers.
+func (w *Watcher) setDown(cause string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.down {
+		w.down, w.downSince = true, time.Now()
+		w.log.Warn("registry unreachable: routing to the last known workers until it is back", "cause", cause)
+	}
+	w.downCause = cause
+}
+
+// setUp resumes expiry, giving every entry a full TTL from now to be
+// refreshed in.
+func (w *Watcher) setUp(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.down {
+		return
+	}
+	for _, e := range w.entries {
+		e.lastSeen = maxTime(e.lastSeen, now)
+	}
+	w.log.Info("registry watch re-established", "down_for", now.Sub(w.downSince).Round(time.Millisecond))
+	w.down, w.downCause = false, ""
+}
+
+// BusDown reports whether the registry is unreachable (the NATS connection
+// or the watch is down), since when and why. While it is, the routable
+// workers are the last known ones.
+func (w *Watcher) BusDown() (down bool, since time.Time, cause string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.down, w.downSince, w.downCause
 }
 
 // apply folds one KV entry into the view and appends the resulting changes.
@@ -289,6 +358,9 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 func (w *Watcher) sweep(now time.Time, changes []Change) []Change {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.down {
+		return changes
+	}
 	for key, e := range w.entries {
 		if now.Sub(e.lastSeen) <= w.r.ttl {
 			continue

@@ -250,6 +250,19 @@ type Predictor interface {
 	Predict(ctx context.Context, in PredictInput) (Prediction, error)
 }
 
+// BusStatus is the control-plane bus (NATS and the worker registry on it)
+// as the frontend sees it.
+type BusStatus struct {
+	Down  bool      // the registry cannot be heard: routing uses the last known workers
+	Since time.Time // when it went down
+	Cause string
+}
+
+// BusHealth reports the bus state for /health.
+type BusHealth interface {
+	BusStatus() BusStatus
+}
+
 // Tokenizer turns prompt text into token IDs; *tokenizer.Tokenizer fits.
 type Tokenizer interface {
 	Encode(text string) []uint32
@@ -265,6 +278,7 @@ type Deps struct {
 	Gate      Gate
 	Index     Index
 	Tokenizer Tokenizer // nil: the process-wide cl100k tokenizer
+	Bus       BusHealth // nil: /health reports the bus as up
 
 	Links     Links     // link estimates for /admin/links and /health; nil: every link unmeasured
 	Prober    Prober    // runs POST /admin/links/probe; nil: 501

@@ -82,6 +82,7 @@
 //
 //	{"status": "ok"|"degraded"|"unavailable", "reason": "...", "model": "...",
 //	 "block_size": 16, "policy": "kv", "disagg": "auto",
+//	 "bus": "up"|"down", "bus_down_s": 3.2, "bus_cause": "...",
 //	 "workers": [{"id", "role", "model", "url" (admin), "inflight",
 //	              "load": {"running", "waiting", "kv_usage"},
 //	              "events": {"state": "healthy", "cause", ...},
@@ -94,7 +95,8 @@
 // when there are prefill workers (and decode workers to pair them with).
 //
 // status is "degraded" (HTTP 200) when any worker's KV events are not
-// healthy, and "unavailable" (HTTP 503, with reason) when no worker can serve
+// healthy or the bus is down (the registry cannot be heard: the frontend
+// then routes to the last known workers, fail static), and "unavailable" (HTTP 503, with reason) when no worker can serve
 // requests (none registered, all refused, or only prefill workers).
 //
 // # Failures

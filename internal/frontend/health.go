@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
 )
@@ -18,6 +19,12 @@ type Health struct {
 	BlockSize int            `json:"block_size"`
 	Policy    string         `json:"policy"`
 	Disagg    string         `json:"disagg"`
+	// Bus is "up" or "down". While it is down the frontend routes to the
+	// last known workers that answer HTTP (fail static); BusDownSeconds
+	// and BusCause say for how long and why.
+	Bus            string  `json:"bus"`
+	BusDownSeconds float64 `json:"bus_down_s,omitempty"`
+	BusCause       string  `json:"bus_cause,omitempty"`
 	Workers   []WorkerHealth `json:"workers"`
 	Refused   []Refusal      `json:"refused"`
 	// Links are the prefill → decode link estimates; present only when
@@ -61,6 +68,14 @@ func (s *Server) Health() Health {
 		h.Refused = []Refusal{}
 	}
 	var unhealthy []string
+	h.Bus = "up"
+	if s.deps.Bus != nil {
+		if b := s.deps.Bus.BusStatus(); b.Down {
+			h.Bus, h.BusCause = "down", b.Cause
+			h.BusDownSeconds = time.Since(b.Since).Seconds()
+			unhealthy = append(unhealthy, fmt.Sprintf("bus down for %.1fs (%s): routing to the last known workers", h.BusDownSeconds, b.Cause))
+		}
+	}
 	for _, wk := range workers {
 		wh := WorkerHealth{ID: wk.ID, Role: wk.Role, Model: wk.Model, URL: wk.URL, Load: wk.Load,
 			InFlight: s.inflightCounter(wk.ID).Load(), BlockSize: wk.BlockSize, KVBytesPerToken: wk.KVBytesPerToken,

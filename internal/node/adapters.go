@@ -30,6 +30,7 @@ var (
 	_ frontend.Prober      = adapters{}
 	_ frontend.GateInfo    = adapters{}
 	_ frontend.Predictor   = adapters{}
+	_ frontend.BusHealth   = adapters{}
 	_ frontend.InFlight    = (*router.Router)(nil)
 	_ kvevents.IndexWriter = (*kvindex.Index)(nil)
 )
@@ -55,6 +56,12 @@ func (a adapters) List() []frontend.Worker {
 		out[i] = a.toWorker(w)
 	}
 	return out
+}
+
+// BusStatus is the registry's reachability.
+func (a adapters) BusStatus() frontend.BusStatus {
+	down, since, cause := a.f.watcher.BusDown()
+	return frontend.BusStatus{Down: down, Since: since, Cause: cause}
 }
 
 // Refused is the workers refused for incompatibility.

@@ -211,7 +211,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		DisaggMode: string(mode), Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: f.router, Events: a, Gate: a, Index: a,
-		Links: a, Prober: a, GateInfo: a, Predictor: a,
+		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a,
 	})
 	if err != nil {
 		return nil, err
