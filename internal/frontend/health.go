@@ -13,20 +13,20 @@ import (
 // Health is the body of GET /health; its shape is documented in the package
 // comment.
 type Health struct {
-	Status    string         `json:"status"` // ok, degraded, unavailable
-	Reason    string         `json:"reason,omitempty"`
-	Model     string         `json:"model"`
-	BlockSize int            `json:"block_size"`
-	Policy    string         `json:"policy"`
-	Disagg    string         `json:"disagg"`
+	Status    string `json:"status"` // ok, degraded, unavailable
+	Reason    string `json:"reason,omitempty"`
+	Model     string `json:"model"`
+	BlockSize int    `json:"block_size"`
+	Policy    string `json:"policy"`
+	Disagg    string `json:"disagg"`
 	// Bus is "up" or "down". While it is down the frontend routes to the
 	// last known workers that answer HTTP (fail static); BusDownSeconds
 	// and BusCause say for how long and why.
-	Bus            string  `json:"bus"`
-	BusDownSeconds float64 `json:"bus_down_s,omitempty"`
-	BusCause       string  `json:"bus_cause,omitempty"`
-	Workers   []WorkerHealth `json:"workers"`
-	Refused   []Refusal      `json:"refused"`
+	Bus            string         `json:"bus"`
+	BusDownSeconds float64        `json:"bus_down_s,omitempty"`
+	BusCause       string         `json:"bus_cause,omitempty"`
+	Workers        []WorkerHealth `json:"workers"`
+	Refused        []Refusal      `json:"refused"`
 	// Links are the prefill → decode link estimates; present only when
 	// there are prefill workers.
 	Links []LinkInfo `json:"links,omitempty"`
