@@ -94,6 +94,7 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.DurationVar(&c.ITLSLO, "itl-slo", 100*time.Millisecond, "inter-token latency target (disaggregation gate)")
 	fs.StringVar(&c.APIKey, "api-key", "", "require this bearer token on /v1/* (default: $"+envAPIKey+"; prefer the variable: a flag shows in ps)")
 	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* and /health's worker addresses (default: $"+envAdminKey+"; without one, admin is loopback-only: the API key never grants it)")
+	fs.StringVar(&c.WorkerKey, "worker-key", "", "bearer token sent to workers' admin and probe endpoints; must match the workers' --worker-key (default: $"+envWorkerKey+")")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", 60*time.Second, "streaming requests: longest wait for a worker's response headers (never retried after it)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Minute, "longest upstream exchange; also bounds a non-streaming generation")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted; larger gets 413")
@@ -105,6 +106,9 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 const (
 	envAPIKey   = "SWITCHYARD_API_KEY"
 	envAdminKey = "SWITCHYARD_ADMIN_KEY"
+	// envWorkerKey guards workers' admin and probe endpoints; the frontend
+	// sends it.
+	envWorkerKey = "SWITCHYARD_WORKER_KEY"
 )
 
 // checkFrontendConfig fills keys not given as flags from the environment
@@ -115,6 +119,9 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 	}
 	if c.AdminKey == "" {
 		c.AdminKey = getenv(envAdminKey)
+	}
+	if c.WorkerKey == "" {
+		c.WorkerKey = getenv(envWorkerKey)
 	}
 	if err := checkListenAddr("--http-addr", c.HTTPAddr); err != nil {
 		return err
@@ -173,18 +180,21 @@ func checkEngineConfig(c sim.Config) error {
 // loopback clients only, which a reverse proxy on the same host turns into
 // everyone. The API key does not matter: it never grants admin.
 func adminExposed(c *node.FrontendConfig) bool {
-	if c.AdminKey != "" {
-		return false
-	}
-	host, _, err := net.SplitHostPort(c.HTTPAddr)
+	return c.AdminKey == "" && !loopbackAddr(c.HTTPAddr)
+}
+
+// loopbackAddr reports whether a listen address is reachable from this host
+// only.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		host = c.HTTPAddr
+		host = addr
 	}
 	if host == "localhost" {
-		return false
+		return true
 	}
 	ip := net.ParseIP(host)
-	return ip == nil || !ip.IsLoopback()
+	return ip != nil && ip.IsLoopback()
 }
 
 // warnAdminExposed logs the warning adminExposed calls for.

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -28,6 +30,7 @@ type upCmd struct {
 	eventsOff      int
 	linkRate       string
 	logLevel       string
+	kvxferTLS      string
 }
 
 func parseUpFlags(args []string, env Env) (upCmd, int) {
@@ -43,6 +46,7 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	u.bus.add(fs, "NATS URL (empty: embedded server on --nats-addr)")
 	fs.StringVar(&u.natsAddr, "nats-addr", "127.0.0.1:0", "embedded NATS listen address (port 0 picks a free one)")
 	tlsFlags(fs, &u.tls)
+	fs.StringVar(&u.kvxferTLS, "kvxfer-tls", "", "auto: mutual TLS between the workers' KV transfers, with certificates generated in memory for this run")
 	fs.StringVar(&u.logLevel, "log-level", "warn", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return u, code
@@ -71,6 +75,12 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	}
 	if err := checkEngineConfig(u.engine); err != nil {
 		return bad("%v", err)
+	}
+	switch {
+	case u.kvxferTLS != "" && u.kvxferTLS != "auto":
+		return bad("--kvxfer-tls %q: want auto (or the --kvxfer-tls-cert/-key/-ca files)", u.kvxferTLS)
+	case u.kvxferTLS == "auto" && u.tls.Enabled():
+		return bad("--kvxfer-tls auto generates its own certificates: drop --kvxfer-tls-cert/-key/-ca, or drop --kvxfer-tls")
 	}
 	return u, -1
 }
@@ -101,6 +111,22 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	if err := applyTLS(u.tls, &wtmpl); err != nil {
 		return fail(ExitUsage, err)
 	}
+	if u.kvxferTLS == "auto" {
+		// Every worker runs here on loopback; the CA key never leaves
+		// AutoTLS, so only this process's workers can join the transfers.
+		if wtmpl.KVXferServerTLS, wtmpl.KVXferClientTLS, err = kvxfer.AutoTLS([]string{"127.0.0.1", "::1", "localhost"}, 30*24*time.Hour); err != nil {
+			return fail(ExitFail, err)
+		}
+	}
+	if u.frontend.WorkerKey == "" {
+		// The frontend and the workers live in this process: a key made
+		// now guards the workers' admin and probe endpoints with nothing
+		// for the operator to set.
+		if u.frontend.WorkerKey, err = randomKey(); err != nil {
+			return fail(ExitFail, err)
+		}
+	}
+	wtmpl.WorkerKey = u.frontend.WorkerKey
 
 	nc, natsURL, closeBus, err := startBus(ctx, u.bus.nats, u.natsAddr, "switchyard-up", env)
 	if err != nil {
@@ -178,7 +204,14 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		}
 		lines = append(lines, fmt.Sprintf("  %-10s %-10s %s  %d KV blocks%s", in.ID, in.Role, in.HTTPURL, in.KVBlocks, note))
 	}
-	fmt.Fprintf(env.Stderr, "workers:\n%s\nNATS %s, router %s, disagg %s\n", strings.Join(lines, "\n"), natsURL, fcfg.Policy, fcfg.Disagg)
+	xfer := ""
+	if wtmpl.KVXferServerTLS != nil {
+		xfer = ", kvxfer mutual TLS"
+		if u.kvxferTLS == "auto" {
+			xfer += " (auto certificates)"
+		}
+	}
+	fmt.Fprintf(env.Stderr, "workers:\n%s\nNATS %s, router %s, disagg %s%s\n", strings.Join(lines, "\n"), natsURL, fcfg.Policy, fcfg.Disagg, xfer)
 	auth := ""
 	if fcfg.APIKey != "" {
 		auth = ` -H "Authorization: Bearer $SWITCHYARD_API_KEY"`
@@ -198,4 +231,13 @@ func waitRoutable(ctx context.Context, fe *node.Frontend, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return fe.WaitWorkers(ctx, n)
+}
+
+// randomKey returns 128 random bits in hex, for keys `up` makes itself.
+func randomKey() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("generate a key: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
@@ -36,6 +37,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.BoolVar(&f.eventsOn, "kv-events", true, "publish KV events (false demonstrates the frontend's health check)")
 	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port)")
 	tlsFlags(fs, &f.tls)
+	fs.StringVar(&f.node.WorkerKey, "worker-key", "", "require this bearer token on POST /reset_prefix_cache and /kvxfer/probe (default: $"+envWorkerKey+"; without one they admit loopback clients only)")
 	fs.StringVar(&f.linkRate, "link-rate", "", "prefill role: emulate the link to decode workers at this rate, e.g. 1gbit (in-process token bucket)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {
@@ -65,6 +67,9 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 		return f, ExitUsage
 	}
 	f.node.KVEventsOff = !f.eventsOn
+	if f.node.WorkerKey == "" {
+		f.node.WorkerKey = os.Getenv(envWorkerKey)
+	}
 	return f, -1
 }
 
@@ -80,6 +85,11 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 	}
 	cfg := f.node
 	cfg.Logger = log
+	if cfg.WorkerKey == "" && !loopbackAddr(cfg.HTTPAddr) {
+		log.Warn("no --worker-key (nor $"+envWorkerKey+") while listening beyond loopback: /reset_prefix_cache and /kvxfer/probe "+
+			"admit loopback clients only, so a frontend on another host cannot reset caches or probe links; set --worker-key here and on the frontend",
+			"http_addr", cfg.HTTPAddr)
+	}
 	if err := applyTLS(f.tls, &cfg); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return ExitUsage

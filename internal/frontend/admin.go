@@ -73,6 +73,9 @@ func (s *Server) resetCache(ctx context.Context, wk Worker) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", wk.ID, err)
 	}
+	if s.cfg.WorkerKey != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.WorkerKey)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s: %w", wk.ID, err)

@@ -169,3 +169,37 @@ func isReset(err error) bool {
 	var ne *net.OpError
 	return errors.As(err, &ne)
 }
+
+// TestAutoTLS checks the in-memory mTLS pair: its client pulls from its
+// server; a plain client and a client from another AutoTLS call are refused
+// at the handshake, before any frame is read.
+func TestAutoTLS(t *testing.T) {
+	srvTLS, cliTLS, err := AutoTLS([]string{"127.0.0.1", "localhost"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherCli, err := AutoTLS([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, ServerConfig{BlockBytes: 1024, TLS: srvTLS})
+	hashes := randomHashes(3, 4)
+	tok, _ := s.Lease(hashes, nil)
+	c := dial(t, s.Addr(), ClientConfig{BlockBytes: 1024, TLS: cliTLS})
+	if _, err := c.Pull(t.Context(), tok, hashes, func(uint64) error { return nil }); err != nil {
+		t.Fatalf("pull with the auto pair: %v", err)
+	}
+	for name, cfg := range map[string]ClientConfig{
+		"plain TCP":     {BlockBytes: 1024},
+		"other auto CA": {BlockBytes: 1024, TLS: otherCli},
+	} {
+		c, err := Dial(t.Context(), s.Addr(), cfg)
+		if err == nil {
+			_, err = c.Ping(t.Context())
+			c.Close()
+		}
+		if err == nil {
+			t.Errorf("%s: ping succeeded against an mTLS server", name)
+		}
+	}
+}

@@ -119,6 +119,11 @@ type PullerConfig struct {
 	// OnTransfer, when set, is called after every successful pull, so the
 	// worker can publish the link's measured throughput.
 	OnTransfer func(Transfer)
+	// Allow, when set, vets every address before it is dialled: params
+	// come from a request, and a worker that dials whatever it is told is
+	// a port scanner for anyone who can send it one. engineID is
+	// remote_engine_id ("" when absent), addr is host:port. nil allows all.
+	Allow func(engineID, addr string) error
 }
 
 // Puller is the decode side as the engine sees it: given the prefill
@@ -151,6 +156,11 @@ func (p *Puller) Pull(ctx context.Context, params map[string]any, blockHashes []
 	tp, err := ParseTransferParams(params)
 	if err != nil {
 		return err
+	}
+	if p.cfg.Allow != nil {
+		if err := p.cfg.Allow(tp.EngineID, tp.Addr()); err != nil {
+			return err
+		}
 	}
 	c, err := Dial(ctx, tp.Addr(), ClientConfig{TLS: p.cfg.TLS, IOTimeout: p.cfg.IOTimeout, BlockBytes: p.cfg.BlockBytes})
 	if err != nil {

@@ -44,6 +44,9 @@ type FrontendConfig struct {
 	ProbeBytes int64 // link probe size; 0: the gate default
 
 	APIKey, AdminKey string
+	// WorkerKey is sent to workers' admin and probe endpoints; it must
+	// match their WorkerKey.
+	WorkerKey string
 
 	// Upstream bounds, passed to frontend.Config; zero takes its defaults.
 	HeaderTimeout  time.Duration // streaming: wait for a worker's response headers
@@ -206,7 +209,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 
 	a := adapters{f}
 	f.server, err = frontend.New(frontend.Config{
-		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey,
+		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
 		DisaggMode: string(mode), Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
@@ -421,6 +424,9 @@ func (f *Frontend) probe(ctx context.Context, p, d bus.WorkerInfo, nbytes int64)
 		return out, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if f.cfg.WorkerKey != "" {
+		req.Header.Set("Authorization", "Bearer "+f.cfg.WorkerKey)
+	}
 	resp, err := f.client.Do(req)
 	if err != nil {
 		return out, fmt.Errorf("node: probe %s → %s: %w", p.ID, d.ID, err)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +22,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
 	"github.com/switchyard-llm/switchyard/internal/linkemu"
+	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 )
 
@@ -43,18 +47,26 @@ type WorkerConfig struct {
 	// an in-process emulation of the prefill → decode link.
 	LinkRate linkemu.Rate
 
+	// WorkerKey, when set, is the bearer token the worker's admin and probe
+	// endpoints (POST /reset_prefix_cache, POST /kvxfer/probe) require;
+	// without one they admit loopback clients only. The frontend sends it.
+	WorkerKey string
+
 	Logger *slog.Logger
 }
 
 // Worker is a running worker node.
 type Worker struct {
-	cfg    WorkerConfig
-	sim    *sim.Worker
-	srv    *http.Server
-	xfer   *kvxfer.Server
-	pub    *kvevents.Publisher
-	regMu  sync.Mutex // guards reg: a failing goroutine may stop the worker while it registers
-	reg    *bus.Registration
+	cfg   WorkerConfig
+	sim   *sim.Worker
+	srv   *http.Server
+	xfer  *kvxfer.Server
+	pub   *kvevents.Publisher
+	regMu sync.Mutex // guards reg: a failing goroutine may stop the worker while it registers
+	reg   *bus.Registration
+	// peers is the registry view a decode worker vets KV transfer
+	// addresses against; nil until registered, and always nil standalone.
+	peers  atomic.Pointer[bus.Watcher]
 	url    string
 	info   bus.WorkerInfo
 	cancel context.CancelFunc
@@ -132,6 +144,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		puller, err := kvxfer.NewPuller(kvxfer.PullerConfig{
 			TLS: cfg.KVXferClientTLS, BlockBytes: bb,
 			OnTransfer: func(t kvxfer.Transfer) { w.reportTransfer(t) },
+			Allow:      w.allowKVXfer,
 		})
 		if err != nil {
 			return fail(err)
@@ -150,8 +163,10 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	}
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /kvxfer/probe", w.serveProbe)
-	mux.Handle("/", w.sim.Handler())
+	simHandler := w.sim.Handler()
+	mux.HandleFunc("POST /kvxfer/probe", w.keyed(w.serveProbe))
+	mux.Handle("POST /reset_prefix_cache", w.keyed(simHandler.ServeHTTP))
+	mux.Handle("/", simHandler)
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -172,6 +187,14 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			return bus.RunLoadReporter(runCtx, cfg.NC, cfg.Subjects, 250*time.Millisecond, w.loadReport, log)
 		})
 		reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log})
+		if err == nil && simCfg.Role == bus.RoleDecode {
+			// The registry is the only source of addresses a decode
+			// worker may dial for KV transfers and probes.
+			var peers *bus.Watcher
+			if peers, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Logger: slog.New(slog.DiscardHandler)}); err == nil {
+				w.peers.Store(peers)
+			}
+		}
 		if err == nil {
 			var g *bus.Registration
 			if g, err = reg.Register(runCtx, w.info); err == nil {
@@ -251,12 +274,78 @@ type ProbeResponse struct {
 	RTTMillis   float64 `json:"rtt_ms"`
 }
 
+// keyed guards an admin or probe endpoint: with a WorkerKey, it requires
+// "Authorization: Bearer <key>" (scheme case-insensitive, RFC 7235); without
+// one, a loopback client.
+func (w *Worker) keyed(h http.HandlerFunc) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		if !workerAuthorized(r, w.cfg.WorkerKey) {
+			msg := "worker " + w.cfg.Sim.ID + ": this endpoint needs Authorization: Bearer <worker key> (the frontend's --worker-key)"
+			if w.cfg.WorkerKey == "" {
+				msg = "worker " + w.cfg.Sim.ID + ": this endpoint admits loopback clients only; set --worker-key on the worker and the frontend"
+			}
+			openai.WriteError(rw, http.StatusUnauthorized, openai.TypeAuthentication, "", msg)
+			return
+		}
+		h(rw, r)
+	}
+}
+
+func workerAuthorized(r *http.Request, key string) bool {
+	if key == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		ip := net.ParseIP(host)
+		return err == nil && ip != nil && ip.IsLoopback()
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(key)) == 1
+}
+
+// peerWait bounds how long allowKVXfer waits for the registry view to show
+// a prefill worker the frontend already knows: a registry update reaches
+// every watcher within milliseconds on one NATS server.
+var peerWait = 2 * time.Second
+
+// allowKVXfer admits a KV transfer address only when it is the registered
+// kvxfer address of a prefill worker (and, when engineID is given, of that
+// worker): a request's remote_host/remote_port, or a probe's addr, must not
+// make this worker dial anything else.
+func (w *Worker) allowKVXfer(engineID, addr string) error {
+	peers := w.peers.Load()
+	if peers == nil {
+		return fmt.Errorf("node: worker %s is not registered on the bus, so it knows no prefill worker it may pull from; refusing to dial %s", w.cfg.Sim.ID, addr)
+	}
+	// The frontend learns of a new prefill worker from the same registry,
+	// and may probe or use it a moment before this worker's view has it:
+	// give the view up to peerWait to catch up before refusing.
+	deadline := time.Now().Add(peerWait)
+	for {
+		for _, p := range peers.Workers() {
+			if p.Role == bus.RolePrefill && p.KVXferAddr == addr && (engineID == "" || engineID == p.ID) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	if engineID != "" {
+		return fmt.Errorf("node: %s is not the kvxfer address of registered prefill worker %q; refusing to dial it", addr, engineID)
+	}
+	return fmt.Errorf("node: %s is not the kvxfer address of any registered prefill worker; refusing to dial it", addr)
+}
+
 // serveProbe runs a kvxfer probe against another worker's transfer server:
 // the bytes travel the real path a KV pull to this worker would take.
 func (w *Worker) serveProbe(rw http.ResponseWriter, r *http.Request) {
 	var req ProbeRequest
 	if err := json.NewDecoder(http.MaxBytesReader(rw, r.Body, 4096)).Decode(&req); err != nil || req.Addr == "" || req.Bytes <= 0 {
 		http.Error(rw, `{"error":{"message":"want {\"addr\": host:port, \"bytes\": n > 0}","type":"invalid_request_error","code":400}}`, http.StatusBadRequest)
+		return
+	}
+	if err := w.allowKVXfer("", req.Addr); err != nil {
+		openai.WriteError(rw, http.StatusForbidden, openai.TypeInvalidRequest, "addr", err.Error())
 		return
 	}
 	c, err := kvxfer.Dial(r.Context(), req.Addr, kvxfer.ClientConfig{TLS: w.cfg.KVXferClientTLS, BlockBytes: w.sim.BlockBytes()})
@@ -309,6 +398,9 @@ func (w *Worker) stop() {
 			_ = g.Close() // deregister first, so no new requests arrive
 		}
 		w.cancel() // the engine stops, ending streaming handlers
+		if p := w.peers.Load(); p != nil {
+			_ = p.Close()
+		}
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = w.srv.Shutdown(shut)
 		cancel()
