@@ -257,6 +257,22 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, start time.Time
 	rec.Outcome = OutcomeOK
 }
 
+// SetITLs sets the record's inter-token gaps (seconds), their mean and max:
+// for reports whose requests were not measured from a stream
+// (switchyard simulate).
+func (r *Record) SetITLs(gaps []float64) {
+	r.itls = gaps
+	r.ITLMeanS, r.ITLMaxS = 0, 0
+	var sum float64
+	for _, g := range gaps {
+		sum += g
+		r.ITLMaxS = max(r.ITLMaxS, g)
+	}
+	if len(gaps) > 0 {
+		r.ITLMeanS = sum / float64(len(gaps))
+	}
+}
+
 func (r *Record) fail(status int, kind, msg string) {
 	r.Status, r.Outcome, r.ErrorKind = status, OutcomeError, kind
 	if len(msg) > 300 {

@@ -26,6 +26,35 @@ type Report struct {
 	BlockSize  int         `json:"block_size"`
 	Settings   Settings    `json:"settings"`
 	Runs       []PolicyRun `json:"runs"`
+	// Simulation is set when switchyard simulate made the report: the
+	// simulated cluster and what it cost. Times are then virtual.
+	Simulation *Simulation `json:"simulation,omitempty"`
+}
+
+// Simulation describes the cluster a simulated report ran on, and its cost.
+type Simulation struct {
+	Model          string  `json:"model"`
+	GPU            string  `json:"gpu"`
+	TP             int     `json:"tp"`
+	Workers        int     `json:"workers"`         // decode (or aggregated) workers
+	PrefillWorkers int     `json:"prefill_workers"` // prefill-role workers
+	GPUs           int     `json:"gpus"`            // (workers + prefill workers) × tp
+	Router         string  `json:"router"`
+	Disagg         string  `json:"disagg"`
+	LinkRate       string  `json:"link_rate,omitempty"`
+	LinkRTTS       float64 `json:"link_rtt_s,omitempty"`
+	Speedup        float64 `json:"speedup"` // engine seconds per reported second, as up --speedup
+	KVBlocks       int     `json:"kv_blocks"`
+	// VirtualS is the simulated time from the first arrival to the last
+	// completion, in reported seconds (duration_s of the run).
+	VirtualS            float64 `json:"virtual_s"`
+	GPUHourUSD          float64 `json:"gpu_hour_usd"`
+	CostUSD             float64 `json:"cost_usd"`               // gpus × virtual_s / 3600 × gpu_hour_usd
+	USDPerMillionTokens float64 `json:"usd_per_million_tokens"` // cost over prompt + completion tokens of successful requests
+	USDPerMillionOutput float64 `json:"usd_per_million_output_tokens"`
+	GoodputPerGPU       float64 `json:"goodput_per_gpu"` // goodput_rps ÷ gpus
+	Events              int64   `json:"events"`          // discrete events processed
+	Steps               int64   `json:"steps"`           // engine steps run, over every worker
 }
 
 // Settings echoes the workload parameters into the report.

@@ -183,3 +183,38 @@ func finishTrace(reqs []TraceRequest, ts []float64, unit float64) ([]TraceReques
 	}
 	return out, nil
 }
+
+// TileTrace repeats reqs k times back to back: copy c starts one mean
+// inter-arrival gap after copy c-1 ends, and its hash ids are shifted past
+// every id of the copies before it, so copies share no prefix with each
+// other while keeping the trace's own sharing within each copy. k <= 1
+// returns reqs.
+func TileTrace(reqs []TraceRequest, k int) []TraceRequest {
+	if k <= 1 || len(reqs) == 0 {
+		return reqs
+	}
+	var maxID int64 = -1
+	for _, r := range reqs {
+		for _, h := range r.HashIDs {
+			maxID = max(maxID, h)
+		}
+	}
+	span := reqs[len(reqs)-1].At
+	period := span + span/time.Duration(max(1, len(reqs)-1))
+	out := make([]TraceRequest, 0, len(reqs)*k)
+	for c := range k {
+		off := int64(c) * (maxID + 1)
+		for _, r := range reqs {
+			t := r
+			t.At = r.At + time.Duration(c)*period
+			if r.HashIDs != nil {
+				t.HashIDs = make([]int64, len(r.HashIDs))
+				for i, h := range r.HashIDs {
+					t.HashIDs[i] = h + off
+				}
+			}
+			out = append(out, t)
+		}
+	}
+	return out
+}

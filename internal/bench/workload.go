@@ -89,13 +89,7 @@ func BuildPlan(cfg Config) (Plan, error) {
 		if cfg.MaxRequests > 0 && len(reqs) > cfg.MaxRequests {
 			reqs = reqs[:cfg.MaxRequests]
 		}
-		for i, tr := range reqs {
-			it := Item{Index: i, At: time.Duration(float64(tr.At) * cfg.TimeScale), InputTokens: tr.InputTokens,
-				// The trace's output length is exact with ignore_eos; an engine
-				// needs at least one token to answer at all.
-				MaxTokens: max(tr.OutputTokens, 1), hashIDs: tr.HashIDs, unique: i}
-			p.Items = append(p.Items, it)
-		}
+		p.Items = TraceItems(reqs, cfg.TimeScale)
 		if cfg.LongShare > 0 {
 			// A replaced request gets a unique prompt: its trace prefix
 			// blocks (Mooncake) described the old length.
@@ -122,6 +116,20 @@ func BuildPlan(cfg Config) (Plan, error) {
 		p.Open = true
 	}
 	return p, nil
+}
+
+// TraceItems turns trace requests into planned items: arrivals scaled by
+// timeScale, Mooncake prompts built from their hash ids, prompts without
+// prefix information unique per request.
+func TraceItems(reqs []TraceRequest, timeScale float64) []Item {
+	items := make([]Item, len(reqs))
+	for i, tr := range reqs {
+		items[i] = Item{Index: i, At: time.Duration(float64(tr.At) * timeScale), InputTokens: tr.InputTokens,
+			// The trace's output length is exact with ignore_eos; an engine
+			// needs at least one token to answer at all.
+			MaxTokens: max(tr.OutputTokens, 1), hashIDs: tr.HashIDs, unique: i}
+	}
+	return items
 }
 
 func buildPrefixes(cfg Config, b *PromptBuilder) ([][]uint32, error) {

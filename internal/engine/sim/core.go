@@ -340,3 +340,11 @@ func (s *seq) result() Result {
 		Gaps:         s.gaps,
 	}
 }
+
+// Steps is how many scheduler steps the core has run.
+func (c *Core) Steps() uint64 { return c.steps }
+
+// CatchUp moves an idle or stalled core's clock forward to t (never back):
+// call it before Advance when the core has been waiting on something other
+// than its own steps (a released pin, an inserted block).
+func (c *Core) CatchUp(t time.Duration) { c.clock = max(c.clock, t) }

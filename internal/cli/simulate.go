@@ -1,0 +1,269 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
+	"github.com/switchyard-llm/switchyard/internal/gate"
+	"github.com/switchyard-llm/switchyard/internal/simulate"
+)
+
+func init() {
+	register(command{name: "simulate", summary: "replay a trace on a virtual-time cluster: how many GPUs, which router, disaggregate or not", run: runSimulate})
+}
+
+const simulateAbout = `Replays a trace through the production router, KV index, disaggregation gate and
+engine scheduler in virtual time, and prints the same report as bench, plus cost.
+
+  switchyard simulate --trace FILE --workers 8 --router kv --gpu h100 --model llama-3.1-8b
+  switchyard simulate --trace FILE --sweep workers=4,8,16 router=kv,round-robin
+
+--sweep takes dimensions KEY=V1,V2,... (keys: workers, prefill-workers, router,
+disagg, link, gpu, model, tp); it runs the cross product and ranks it by goodput
+per GPU, recommended configuration first.`
+
+type simulateCmd struct {
+	cfg      simulate.Config
+	jsonPath string
+	plotPath string
+	tile     int
+	sweep    []sweepDim
+	minGood  float64
+}
+
+func parseSimulate(args []string, env Env) (simulateCmd, int) {
+	c := simulateCmd{cfg: simulate.DefaultConfig()}
+	cfg := &c.cfg
+	fs := newFlagSet("simulate", simulateAbout)
+	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (required)")
+	fs.StringVar(&cfg.TraceFormat, "format", cfg.TraceFormat, "trace format: mooncake or azure")
+	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests (0 = all)")
+	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
+	fs.IntVar(&c.tile, "tile", 1, "repeat the trace this many times back to back, each copy with fresh hash ids (scale tests)")
+	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "decode workers (aggregated when --prefill-workers is 0)")
+	fs.IntVar(&cfg.PrefillWorkers, "prefill-workers", 0, "prefill-role workers (disaggregated serving)")
+	fs.StringVar(&cfg.Engine.Model, "model", cfg.Engine.Model, "model preset: qwen3-0.6b, llama-3.1-8b, qwen3-32b, llama-3.1-70b, llama-2-70b")
+	fs.StringVar(&cfg.Engine.GPU, "gpu", cfg.Engine.GPU, "GPU preset: rtx-4060, l4, a100-80g, h100, h200")
+	fs.IntVar(&cfg.Engine.TP, "tp", 0, "tensor parallelism per worker (0: smallest that fits the weights)")
+	fs.IntVar(&cfg.Engine.BlockSize, "block-size", cfg.Engine.BlockSize, "tokens per KV block")
+	fs.IntVar(&cfg.Engine.KVBlocks, "kv-blocks", 0, "KV blocks per worker (0: from GPU memory)")
+	fs.Float64Var(&cfg.Engine.GPUMemoryUtilization, "gpu-memory-utilization", cfg.Engine.GPUMemoryUtilization, "share of GPU memory for weights and KV cache")
+	fs.IntVar(&cfg.Engine.MaxNumBatchedTokens, "max-num-batched-tokens", cfg.Engine.MaxNumBatchedTokens, "token budget per scheduler step")
+	fs.IntVar(&cfg.Engine.MaxNumSeqs, "max-num-seqs", cfg.Engine.MaxNumSeqs, "running sequences at most")
+	fs.StringVar(&cfg.Router, "router", cfg.Router, "router policy: kv, round-robin, random or least-loaded")
+	disagg := fs.String("disagg", string(cfg.Disagg), "disaggregation mode with prefill workers: never, always or auto")
+	link := fs.String("link-rate", "", "prefill → decode link line rate, e.g. 1gbit, 25gbit, 100gbit (needed with --prefill-workers)")
+	fs.DurationVar(&cfg.LinkRTT, "link-rtt", cfg.LinkRTT, "round-trip time added to every KV transfer")
+	fs.Float64Var(&cfg.Speedup, "speedup", cfg.Speedup, "engine seconds per reported second, as up --speedup (to compare with bench against such a cluster)")
+	fs.DurationVar(&cfg.TTFTSLO, "ttft-slo", cfg.TTFTSLO, "goodput SLO on time to first token")
+	fs.DurationVar(&cfg.ITLSLO, "itl-slo", cfg.ITLSLO, "goodput SLO on a request's mean inter-token latency")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed for prompts and the random router")
+	fs.Float64Var(&cfg.GPUHourUSD, "gpu-hour-usd", cfg.GPUHourUSD, "price of one GPU-hour, for cost per million tokens")
+	fs.Float64Var(&c.minGood, "min-good", 0.9, "sweep: recommend only configurations where at least this share of requests meets the SLO")
+	fs.StringVar(&c.jsonPath, "json", "", "write the report (bench's JSON schema plus a simulation object) to this file; with --sweep, the ranked table")
+	fs.StringVar(&c.plotPath, "plot", "", "write bench's plots to FILE.png and FILE-hits.png; with --sweep, one plot of the sweep")
+	var sweepArgs []string
+	fs.Func("sweep", "a sweep dimension KEY=V1,V2 (more may follow as plain arguments)", func(s string) error {
+		sweepArgs = append(sweepArgs, s)
+		return nil
+	})
+	fs.SetOutput(env.Stderr)
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return c, ExitOK
+			}
+			return c, ExitUsage
+		}
+		rest = fs.Args()
+		// Plain KEY=V arguments after --sweep are more dimensions.
+		for len(rest) > 0 && len(sweepArgs) > 0 && strings.Contains(rest[0], "=") && !strings.HasPrefix(rest[0], "-") {
+			sweepArgs = append(sweepArgs, rest[0])
+			rest = rest[1:]
+		}
+		if len(rest) == 0 {
+			break
+		}
+		if !strings.HasPrefix(rest[0], "-") {
+			fmt.Fprintf(env.Stderr, "switchyard simulate: unexpected argument %q (sweep dimensions look like workers=4,8)\n", rest[0])
+			return c, ExitUsage
+		}
+	}
+	bad := func(format string, a ...any) (simulateCmd, int) {
+		fmt.Fprintf(env.Stderr, "switchyard simulate: "+format+"\n", a...)
+		return c, ExitUsage
+	}
+	cfg.Disagg = gate.Mode(*disagg)
+	if *link != "" {
+		r, err := parseLinkRate(*link)
+		if err != nil {
+			return bad("--link-rate: %v", err)
+		}
+		cfg.LinkRate = r
+	}
+	if cfg.TracePath == "" {
+		return bad("--trace: a trace file is required, e.g. --trace shared/data/traces/mooncake_synthetic_trace.jsonl")
+	}
+	if cfg.MaxRequests < 0 || c.tile < 1 || !(cfg.TimeScale > 0) {
+		return bad("--max-requests must be >= 0, --tile >= 1 and --time-scale > 0")
+	}
+	if c.plotPath != "" && !strings.HasSuffix(c.plotPath, ".png") {
+		return bad("--plot %q: want a .png file name", c.plotPath)
+	}
+	var err error
+	if c.sweep, err = parseSweep(sweepArgs); err != nil {
+		return bad("%v", err)
+	}
+	return c, -1
+}
+
+func runSimulate(ctx context.Context, args []string, env Env) int {
+	c, code := parseSimulate(args, env)
+	if code >= 0 {
+		return code
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintf(env.Stderr, "switchyard simulate: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return code
+	}
+	reqs, err := bench.ReadTrace(c.cfg.TracePath, c.cfg.TraceFormat)
+	if err != nil {
+		return fail(ExitUsage, err)
+	}
+	if c.cfg.MaxRequests > 0 && len(reqs) > c.cfg.MaxRequests {
+		reqs = reqs[:c.cfg.MaxRequests]
+	}
+	reqs = bench.TileTrace(reqs, c.tile)
+	c.cfg.Items = bench.TraceItems(reqs, c.cfg.TimeScale)
+	if len(c.sweep) > 0 {
+		return runSweep(ctx, c, env)
+	}
+	if err := c.cfg.Validate(); err != nil {
+		return fail(ExitUsage, err)
+	}
+	rep, wall, err := simulateOnce(ctx, c.cfg, env.Stderr, "")
+	if err != nil {
+		return fail(ExitFail, err)
+	}
+	if err := bench.WriteTable(env.Stdout, rep); err != nil {
+		return fail(ExitFail, err)
+	}
+	writeSimulation(env.Stdout, rep, wall)
+	if c.jsonPath != "" {
+		if err := bench.WriteJSON(c.jsonPath, rep); err != nil {
+			return fail(ExitFail, err)
+		}
+		fmt.Fprintf(env.Stderr, "simulate: wrote %s\n", c.jsonPath)
+	}
+	if c.plotPath != "" {
+		if err := bench.WritePlots(c.plotPath, rep); err != nil {
+			return fail(ExitFail, err)
+		}
+		a, b := bench.PlotPaths(c.plotPath)
+		fmt.Fprintf(env.Stderr, "simulate: wrote %s and %s\n", a, b)
+	}
+	return ExitOK
+}
+
+// simulateOnce runs one configuration with progress on stderr and returns
+// the report and the wall time it took.
+func simulateOnce(ctx context.Context, cfg simulate.Config, stderr io.Writer, label string) (*bench.Report, time.Duration, error) {
+	start := time.Now()
+	last := start
+	cfg.Progress = func(done, total int, virtual time.Duration) {
+		if now := time.Now(); now.Sub(last) >= 2*time.Second || done == total {
+			last = now
+			fmt.Fprintf(stderr, "simulate%s: %d/%d requests, virtual %.1f s, wall %.1f s\n", label, done, total,
+				virtual.Seconds()/cfg.Speedup, now.Sub(start).Seconds())
+		}
+	}
+	rep, err := simulate.Run(ctx, cfg)
+	wall := time.Since(start)
+	if err == nil {
+		fmt.Fprintf(stderr, "simulate%s: %d requests in %.2f s wall (%.0f requests/s, %d events, %d engine steps)\n", label,
+			rep.Runs[0].Aggregate.Requests, wall.Seconds(), float64(rep.Runs[0].Aggregate.Requests)/wall.Seconds(),
+			rep.Simulation.Events, rep.Simulation.Steps)
+	}
+	return rep, wall, err
+}
+
+func writeSimulation(w io.Writer, rep *bench.Report, wall time.Duration) {
+	s := rep.Simulation
+	a := rep.Runs[0].Aggregate
+	fmt.Fprintf(w, "\nsimulated cluster: %d × %s", s.Workers, s.Model)
+	if s.PrefillWorkers > 0 {
+		fmt.Fprintf(w, " + %d prefill workers, link %s, disagg %s", s.PrefillWorkers, s.LinkRate, s.Disagg)
+	}
+	fmt.Fprintf(w, " on %s (tp %d, %d GPUs, %d KV blocks each), router %s\n", s.GPU, s.TP, s.GPUs, s.KVBlocks, s.Router)
+	fmt.Fprintf(w, "goodput per GPU %.3f req/s; cost $%.4f at $%g/GPU-hour: $%.3f per million tokens ($%.3f per million output tokens)\n",
+		s.GoodputPerGPU, s.CostUSD, s.GPUHourUSD, s.USDPerMillionTokens, s.USDPerMillionOutput)
+	fmt.Fprintf(w, "virtual %.1f s simulated in %.2f s wall (%d requests, %.0f requests per wall second)\n",
+		s.VirtualS, wall.Seconds(), a.Requests, float64(a.Requests)/wall.Seconds())
+}
+
+type sweepDim = simulate.Dim
+
+func parseSweep(args []string) ([]sweepDim, error) {
+	var dims []sweepDim
+	seen := map[string]bool{}
+	for _, a := range args {
+		d, err := simulate.ParseDim(a)
+		if err != nil {
+			return nil, err
+		}
+		if seen[d.Key] {
+			return nil, fmt.Errorf("--sweep: %s given twice", d.Key)
+		}
+		seen[d.Key] = true
+		dims = append(dims, d)
+	}
+	return dims, nil
+}
+
+func runSweep(ctx context.Context, c simulateCmd, env Env) int {
+	each := func(i, n int, label string) func(done, total int, virtual time.Duration) {
+		fmt.Fprintf(env.Stderr, "simulate: sweep %d/%d: %s\n", i+1, n, label)
+		start := time.Now()
+		last := start
+		return func(done, total int, virtual time.Duration) {
+			if now := time.Now(); now.Sub(last) >= 2*time.Second || done == total {
+				last = now
+				fmt.Fprintf(env.Stderr, "simulate:   %d/%d requests, wall %.1f s\n", done, total, now.Sub(start).Seconds())
+			}
+		}
+	}
+	start := time.Now()
+	rows, reps, err := simulate.Sweep(ctx, c.cfg, c.sweep, c.minGood, each)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard simulate: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return ExitUsage
+	}
+	fmt.Fprintf(env.Stderr, "simulate: %d configurations in %.1f s wall\n", len(reps), time.Since(start).Seconds())
+	slo := fmt.Sprintf("TTFT <= %v, mean ITL <= %v", c.cfg.TTFTSLO, c.cfg.ITLSLO)
+	if err := simulate.WriteSweepTable(env.Stdout, rows, c.minGood, slo); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard simulate: %v\n", err)
+		return ExitFail
+	}
+	if c.jsonPath != "" {
+		if err := simulate.WriteSweepJSON(c.jsonPath, rows, c.sweep, c.minGood); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard simulate: %v\n", err)
+			return ExitFail
+		}
+		fmt.Fprintf(env.Stderr, "simulate: wrote %s\n", c.jsonPath)
+	}
+	if c.plotPath != "" {
+		if err := simulate.WriteSweepPlot(c.plotPath, c.sweep, reps); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard simulate: %v\n", err)
+			return ExitFail
+		}
+		fmt.Fprintf(env.Stderr, "simulate: wrote %s\n", c.plotPath)
+	}
+	return ExitOK
+}

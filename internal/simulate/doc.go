@@ -1,0 +1,31 @@
+// Package simulate runs a Switchyard cluster in virtual time: a
+// discrete-event simulation that replays a trace through the production
+// router (internal/router, its kv cost function and load tracking), the
+// prefix index (internal/kvindex, fed by kvevents.Apply exactly as the
+// event consumer feeds it), the disaggregation gate (internal/gate, asked
+// through gate.InputFor as the frontend asks it) and one engine Core per
+// worker (internal/engine/sim: the same scheduler, block manager and
+// perfmodel timing as a live worker). Nothing is copied: the live and the
+// simulated cluster run the same code, and only the driver differs.
+//
+// What it models and what it does not:
+//   - Workers publish their KV events at the end of each step (as the live
+//     engine does) and the index applies them at once: no bus delay.
+//   - Workers report load every 250 ms of wall-equivalent time and when they
+//     go idle, as live workers report on the bus; the router and the gate
+//     read those reports as live.
+//   - A prefill worker's KV goes to the decode worker over a link of a fixed
+//     rate (TCP goodput of the line rate, as linkemu shapes it live) plus an
+//     RTT; concurrent transfers from one prefill worker share its rate
+//     equally. Links are measured before the first request (live: probed
+//     when the pair registers) and the gate's estimator then learns from
+//     every transfer, as it does live.
+//   - Frontend and HTTP overheads are zero; requests never time out; a
+//     request the engine refuses (longer than the KV cache or the context)
+//     counts as an error, as the live worker's HTTP 400 does.
+//
+// The run is single-threaded and deterministic: the same Config gives the
+// same report, byte for byte. Times in the report are divided by Speedup so
+// that a simulation of `up --speedup S` compares directly with `bench`
+// against it.
+package simulate

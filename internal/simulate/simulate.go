@@ -1,0 +1,712 @@
+package simulate
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
+	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/engine/sim"
+	"github.com/switchyard-llm/switchyard/internal/gate"
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/linkemu"
+	"github.com/switchyard-llm/switchyard/internal/router"
+)
+
+// Live cadences the simulation keeps, in wall-equivalent time.
+const (
+	// reportEvery is how often a live worker publishes its load
+	// (node.Worker runs bus.RunLoadReporter at 250 ms).
+	reportEvery = 250 * time.Millisecond
+	// reportFresh is how long the frontend trusts a load report for the
+	// gate (node.Frontend.load).
+	reportFresh = 2 * time.Second
+)
+
+// Config is one simulated run. Start from DefaultConfig; Validate fills the
+// rest and refuses impossible clusters before anything runs.
+type Config struct {
+	// Items are the requests, in arrival order (bench.TraceItems); their At
+	// is in reported (wall-equivalent) time.
+	Items []bench.Item
+	// Echoed into the report's settings.
+	TracePath   string
+	TraceFormat string
+	TimeScale   float64
+	MaxRequests int
+
+	Workers        int        // decode workers, or aggregated ones when PrefillWorkers is 0
+	PrefillWorkers int        // prefill-role workers
+	Engine         sim.Config // every worker's engine; ID, Role and Publisher are set per worker
+	Router         string     // router policy
+	Disagg         gate.Mode
+	LinkRate       linkemu.Rate  // prefill → decode line rate; TCP goodput of it is what moves
+	LinkRTT        time.Duration // per transfer, wall-equivalent
+	// Speedup is engine seconds per reported second, as `up --speedup`:
+	// a simulation of a live cluster run at speedup S compares directly
+	// with `bench` against it. 1 for planning.
+	Speedup    float64
+	TTFTSLO    time.Duration
+	ITLSLO     time.Duration
+	Seed       int64
+	GPUHourUSD float64
+	// Progress, if set, is called now and then with requests finished,
+	// the total and the virtual time reached.
+	Progress func(done, total int, virtual time.Duration)
+}
+
+// DefaultConfig returns the defaults the CLI starts from.
+func DefaultConfig() Config {
+	return Config{
+		TraceFormat: bench.FormatMooncake, TimeScale: 1, Workers: 4, Router: router.PolicyKV,
+		Disagg: gate.ModeAuto, LinkRTT: 200 * time.Microsecond, Speedup: 1,
+		TTFTSLO: 2 * time.Second, ITLSLO: 100 * time.Millisecond, Seed: 1, GPUHourUSD: 2,
+		Engine: sim.Config{Model: "qwen3-0.6b", GPU: "rtx-4060", BlockSize: 16, GPUMemoryUtilization: 0.9,
+			MaxNumBatchedTokens: 8192, MaxNumSeqs: 256, Speedup: 1},
+	}
+}
+
+// Validate checks c and fills derived values; its errors name the flag to
+// fix. It builds one engine to prove the model fits the GPU.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf("simulate: "+format, a...)) }
+	if c.Workers < 1 {
+		bad("--workers %d: a cluster needs at least one worker", c.Workers)
+	}
+	if c.PrefillWorkers < 0 {
+		bad("--prefill-workers %d is negative", c.PrefillWorkers)
+	}
+	if c.Workers+c.PrefillWorkers > kvindex.MaxWorkers {
+		bad("%d workers: the prefix index holds at most %d", c.Workers+c.PrefillWorkers, kvindex.MaxWorkers)
+	}
+	if !(c.Speedup > 0) || math.IsInf(c.Speedup, 0) {
+		bad("--speedup %g: want > 0", c.Speedup)
+	}
+	if c.TTFTSLO <= 0 || c.ITLSLO <= 0 {
+		bad("--ttft-slo and --itl-slo must be > 0")
+	}
+	if c.GPUHourUSD < 0 || math.IsNaN(c.GPUHourUSD) {
+		bad("--gpu-hour-usd %g: want >= 0", c.GPUHourUSD)
+	}
+	if c.LinkRTT < 0 {
+		bad("--link-rtt %v is negative", c.LinkRTT)
+	}
+	var err error
+	if c.Disagg, err = gate.ParseMode(string(c.Disagg)); err != nil {
+		bad("--disagg: %v", err)
+	}
+	if _, err := router.New(router.Config{Policy: c.Router}); err != nil {
+		bad("--router: %v", err)
+	}
+	if c.PrefillWorkers > 0 && !(c.LinkRate > 0) {
+		bad("--prefill-workers %d needs --link-rate (e.g. 1gbit, 25gbit): the KV cache crosses it", c.PrefillWorkers)
+	}
+	if len(c.Items) == 0 {
+		bad("the trace has no requests")
+	}
+	e := c.Engine
+	e.ID, e.Role = "check", bus.RoleAggregated
+	if err := e.Check(); err != nil {
+		bad("%s on %s: %v", c.Engine.Model, c.Engine.GPU, err)
+	}
+	return errors.Join(errs...)
+}
+
+// event kinds.
+const (
+	evStep uint8 = iota // a worker's step (or jump) ends
+	evLink              // a link's next flow completes (if gen still matches)
+)
+
+type event struct {
+	at   time.Duration
+	seq  uint64
+	kind uint8
+	idx  int32 // worker or link
+	gen  uint64
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+type worker struct {
+	idx        int
+	id         string
+	role       string
+	core       *sim.Core
+	events     []kvevents.Event // published, not yet applied to the index
+	stepping   bool
+	stepEnd    time.Duration
+	dels       []sim.Delivery
+	nextReport time.Duration
+	report     gate.WorkerLoad
+	reportAt   time.Duration
+	reported   bool
+	link       *link // prefill workers: their egress
+}
+
+// request is one trace request in flight.
+type request struct {
+	idx      int
+	id       string
+	arrival  time.Duration
+	blocks   int // full prompt blocks (len of its hash chain)
+	overlapD int
+	decode   *worker
+	prefill  *worker // set while the remote prefill runs or transfers
+	rec      *bench.Record
+}
+
+// flow is one KV transfer on a link.
+type flow struct {
+	req       *request
+	remaining float64 // bytes
+	bytes     int64
+	start     time.Duration
+	parent    uint64
+	hashes    []uint64
+	pinned    *sim.PinnedSet
+}
+
+// link is a prefill worker's egress: flows share its rate equally
+// (processor sharing), as TCP flows through one shaped link do.
+type link struct {
+	idx   int
+	from  *worker
+	rate  float64 // bytes per virtual second
+	flows []*flow
+	last  time.Duration
+	gen   uint64
+	next  time.Duration // when the next flow completes; valid while flows exist
+}
+
+type simulator struct {
+	cfg     Config
+	S       float64 // speedup
+	epoch   time.Time
+	now     time.Duration // virtual
+	seq     uint64
+	events  eventHeap
+	workers []*worker
+	byID    map[string]*worker
+	decode  []router.Worker
+	prefill []router.Worker
+	links   []*link
+	index   *kvindex.Index
+	router  *router.Router
+	gate    *gate.Gate
+	pb      *bench.PromptBuilder
+	bs      int
+
+	reqs     []*request
+	recs     []bench.Record
+	next     int // next item to arrive
+	finished int
+	lastDone time.Duration
+	buf      []uint32
+	hbuf     []uint64
+	nEvents  int64
+}
+
+// wall converts virtual time to the wall-equivalent clock the router and
+// gate read.
+func (s *simulator) wall(v time.Duration) time.Time {
+	return s.epoch.Add(time.Duration(float64(v) / s.S))
+}
+
+func (s *simulator) toWall(v time.Duration) float64 { return v.Seconds() / s.S }
+
+func (s *simulator) push(e event) {
+	s.seq++
+	e.seq = s.seq
+	heap.Push(&s.events, e)
+}
+
+// Run simulates cfg (validated) and returns the report. ctx cancels it
+// between events.
+func Run(ctx context.Context, cfg Config) (*bench.Report, error) {
+	s, err := newSimulator(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.run(ctx); err != nil {
+		return nil, err
+	}
+	return s.report(), nil
+}
+
+func newSimulator(cfg Config) (*simulator, error) {
+	s := &simulator{cfg: cfg, S: cfg.Speedup, epoch: time.Unix(1e9, 0), byID: map[string]*worker{},
+		pb: bench.NewPromptBuilder(cfg.Seed)}
+	s.index = kvindex.New(kvindex.Config{Shards: 1})
+	var err error
+	s.router, err = router.New(router.Config{Index: s.index, Policy: cfg.Router, Seed: uint64(cfg.Seed),
+		Now: func() time.Time { return s.wall(s.now) }})
+	if err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
+	s.gate, err = gate.New(gate.Config{Mode: cfg.Disagg, TTFTSLO: cfg.TTFTSLO, ITLSLO: cfg.ITLSLO,
+		Clock: func() time.Time { return s.wall(s.now) }})
+	if err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
+	add := func(id, role string) (*worker, error) {
+		w := &worker{idx: len(s.workers), id: id, role: role}
+		ec := cfg.Engine
+		ec.ID, ec.Role = id, role
+		ec.Publisher = sim.PublisherFunc(func(ev []kvevents.Event) { w.events = append(w.events, ev...) })
+		c, err := sim.NewCore(ec, true)
+		if err != nil {
+			return nil, fmt.Errorf("simulate: worker %s: %w", id, err)
+		}
+		w.core = c
+		s.workers = append(s.workers, w)
+		s.byID[id] = w
+		return w, nil
+	}
+	decodeRole := bus.RoleAggregated
+	if cfg.PrefillWorkers > 0 {
+		decodeRole = bus.RoleDecode
+	}
+	for i := range cfg.Workers {
+		w, err := add(fmt.Sprintf("worker-%d", i+1), decodeRole)
+		if err != nil {
+			return nil, err
+		}
+		s.decode = append(s.decode, router.Worker{ID: w.id, EventsHealthy: true})
+	}
+	rate := cfg.LinkRate.TCPGoodput().BytesPerSecond()
+	for i := range cfg.PrefillWorkers {
+		w, err := add(fmt.Sprintf("prefill-%d", i+1), bus.RolePrefill)
+		if err != nil {
+			return nil, err
+		}
+		s.prefill = append(s.prefill, router.Worker{ID: w.id, EventsHealthy: true})
+		w.link = &link{idx: len(s.links), from: w, rate: rate / s.S}
+		s.links = append(s.links, w.link)
+		// Live, the frontend probes each new pair when it registers,
+		// before traffic: the simulation starts with every link measured.
+		for _, d := range s.decode {
+			s.gate.Links().ObserveProbe(w.id, d.ID, rate, cfg.LinkRTT)
+		}
+	}
+	s.bs = s.workers[0].core.BlockSize()
+	s.reqs = make([]*request, len(cfg.Items))
+	s.recs = make([]bench.Record, len(cfg.Items))
+	return s, nil
+}
+
+// arrivalAt is item i's arrival in virtual time.
+func (s *simulator) arrivalAt(i int) time.Duration {
+	return time.Duration(float64(s.cfg.Items[i].At) * s.S)
+}
+
+func (s *simulator) run(ctx context.Context) error {
+	total := len(s.cfg.Items)
+	progressEvery := max(1, total/100)
+	for {
+		if s.nEvents&1023 == 0 && ctx.Err() != nil {
+			return fmt.Errorf("simulate: stopped at virtual %v after %d of %d requests: %w", s.now, s.finished, total, context.Cause(ctx))
+		}
+		haveArrival := s.next < total
+		if len(s.events) == 0 && !haveArrival {
+			break
+		}
+		s.nEvents++
+		if haveArrival && (len(s.events) == 0 || s.arrivalAt(s.next) < s.events[0].at) {
+			s.now = s.arrivalAt(s.next)
+			s.arrive(s.next)
+			s.next++
+			continue
+		}
+		e := heap.Pop(&s.events).(event)
+		s.now = e.at
+		before := s.finished
+		switch e.kind {
+		case evStep:
+			s.stepDone(s.workers[e.idx])
+		case evLink:
+			s.linkDone(s.links[e.idx], e.gen)
+		}
+		if s.cfg.Progress != nil && s.finished/progressEvery != before/progressEvery {
+			s.cfg.Progress(s.finished, total, s.now)
+		}
+	}
+	// Conservation: every request finished or failed. Anything left is a
+	// simulator fault, reported rather than hidden.
+	for i, r := range s.reqs {
+		if r != nil {
+			s.fail(r, 0, "not_finished", fmt.Sprintf("request %d never finished (simulation stalled)", i))
+		}
+	}
+	return nil
+}
+
+// horizon is how far worker w may run without stopping: the next arrival,
+// the next link completion or prefill step end (either can hand it a
+// request), and its next load report.
+func (s *simulator) horizon(w *worker) time.Duration {
+	h := w.nextReport
+	if s.next < len(s.cfg.Items) {
+		h = min(h, s.arrivalAt(s.next))
+	}
+	for _, l := range s.links {
+		if len(l.flows) > 0 {
+			h = min(h, l.next)
+		}
+	}
+	if w.role == bus.RoleDecode {
+		for _, p := range s.workers[s.cfg.Workers:] {
+			if p.stepping {
+				h = min(h, p.stepEnd)
+			}
+		}
+	}
+	return h
+}
+
+// kick starts w's next step (or jump) if it has work and none is running.
+func (s *simulator) kick(w *worker) {
+	if w.stepping {
+		return
+	}
+	w.core.CatchUp(s.now)
+	dt, dels := w.core.Advance(s.horizon(w))
+	if dt == 0 {
+		if w.core.Idle() && (!w.reported || w.report != (gate.WorkerLoad{})) {
+			s.reportLoad(w) // live workers keep reporting: an idle one reports empty queues
+		}
+		return
+	}
+	w.dels = append(w.dels[:0], dels...)
+	w.stepping, w.stepEnd = true, w.core.Clock()
+	s.push(event{at: w.stepEnd, kind: evStep, idx: int32(w.idx)})
+}
+
+func (s *simulator) applyEvents(w *worker, from int) {
+	if len(w.events) > from {
+		kvevents.Apply(s.index, w.id, w.events[from:])
+		clear(w.events[from:])
+		w.events = w.events[:from]
+	}
+}
+
+func (s *simulator) stepDone(w *worker) {
+	w.stepping = false
+	s.applyEvents(w, 0)
+	for _, d := range w.dels {
+		s.deliver(w, d)
+	}
+	if s.now >= w.nextReport {
+		s.reportLoad(w)
+	}
+	s.kick(w)
+}
+
+func (s *simulator) reportLoad(w *worker) {
+	l := w.core.Load()
+	w.report = gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
+	w.reportAt, w.reported = s.now, true
+	w.nextReport = s.now + time.Duration(float64(reportEvery)*s.S)
+	s.router.ObserveLoad(w.id, router.LoadReport{
+		QueuedPrefillBlocks: (l.QueuedPrefillTokens + s.bs - 1) / s.bs,
+		ActiveDecodeBlocks:  l.ActiveDecodeBlocks,
+		Running:             l.Running, Waiting: l.Waiting,
+		TakenAt: s.wall(s.now),
+	})
+}
+
+func (s *simulator) view(w *worker) gate.WorkerView {
+	v := gate.WorkerView{ID: w.id, Profile: w.core.Profile(), BlockSize: s.bs, KVBytesPerToken: w.core.KVBytesPerToken()}
+	if w.reported && s.now-w.reportAt < time.Duration(float64(reportFresh)*s.S) {
+		l := w.report
+		v.Load = &l
+	}
+	return v
+}
+
+// prompt materialises item i's prompt into the shared buffer.
+func (s *simulator) prompt(i int) []uint32 {
+	s.buf = s.cfg.Items[i].AppendPrompt(s.pb, s.buf[:0])
+	return s.buf
+}
+
+func (s *simulator) arrive(i int) {
+	it := &s.cfg.Items[i]
+	prompt := s.prompt(i)
+	s.hbuf = kvindex.HashChain(s.hbuf[:0], "", prompt, s.bs)
+	r := &request{idx: i, id: "r" + strconv.Itoa(i), arrival: s.now, blocks: len(s.hbuf), rec: &s.recs[i]}
+	s.reqs[i] = r
+	*r.rec = bench.Record{Index: it.Index, Group: it.Group, StartS: s.toWall(s.now), InputTokens: len(prompt),
+		SharedTokens: it.SharedTokens, MaxTokens: it.MaxTokens}
+	rq := &router.Request{Hashes: s.hbuf, PromptTokens: len(prompt), BlockSize: s.bs}
+	dec, err := s.router.Pick(rq, s.decode)
+	if err != nil {
+		s.fail(r, 503, "router", err.Error())
+		return
+	}
+	d := s.byID[dec.Worker]
+	r.decode, r.overlapD = d, dec.OverlapBlocks
+	ov := dec.OverlapBlocks * s.bs
+	r.rec.Worker, r.rec.OverlapTokens, r.rec.Policy = d.id, &ov, dec.Policy
+	if len(s.prefill) == 0 {
+		s.forward(r, prompt)
+		return
+	}
+	pdec, err := s.router.Pick(rq, s.prefill)
+	if err != nil {
+		r.rec.Prefill, r.rec.DisaggReason = "local", "no prefill worker: "+err.Error()
+		s.forward(r, prompt)
+		return
+	}
+	p := s.byID[pdec.Worker]
+	gd := s.gate.Decide(gate.InputFor(s.cfg.Disagg, len(prompt), dec.OverlapBlocks*s.bs, pdec.OverlapBlocks*s.bs, s.view(d), s.view(p)))
+	pred := float64(gd.Predicted()) / float64(time.Millisecond)
+	r.rec.PredictedTTFTMs, r.rec.DisaggReason = &pred, string(gd.Reason)
+	if gd.Choice != gate.ChoiceRemote {
+		r.rec.Prefill = "local"
+		s.forward(r, prompt)
+		return
+	}
+	r.rec.Prefill = "remote"
+	s.router.Started(p.id, r.id, r.blocks, r.blocks)
+	if _, err := p.core.Add(sim.Request{ID: r.id, Tokens: prompt, Pin: true, Tag: i}, s.now); err != nil {
+		// Live: the remote prefill fails and the frontend prefills locally.
+		s.router.Finished(p.id, r.id)
+		r.rec.Prefill, r.rec.DisaggReason = "local", "remote prefill failed, fell back to local: "+r.rec.DisaggReason
+		s.forward(r, prompt)
+		return
+	}
+	r.prefill = p
+	s.kick(p)
+}
+
+// forward sends r to its decode worker, as the frontend does once routing
+// (and any remote prefill) is done.
+func (s *simulator) forward(r *request, prompt []uint32) {
+	d := r.decode
+	it := &s.cfg.Items[r.idx]
+	s.router.Started(d.id, r.id, max(0, r.blocks-r.overlapD), (len(prompt)+s.bs-1)/s.bs)
+	if _, err := d.core.Add(sim.Request{ID: r.id, Tokens: prompt, MaxTokens: it.MaxTokens, Tag: r.idx}, s.now); err != nil {
+		s.router.Finished(d.id, r.id)
+		s.fail(r, 400, "http_400", err.Error())
+		return
+	}
+	s.kick(d)
+}
+
+func (s *simulator) fail(r *request, status int, kind, msg string) {
+	r.rec.Status, r.rec.Outcome, r.rec.ErrorKind, r.rec.ErrorMsg = status, bench.OutcomeError, kind, msg
+	if status == 503 || status == 429 {
+		r.rec.Outcome = bench.OutcomeRejected
+	}
+	s.reqs[r.idx] = nil
+	s.finished++
+	s.lastDone = max(s.lastDone, s.now)
+}
+
+func (s *simulator) deliver(w *worker, d sim.Delivery) {
+	r := s.reqs[d.H.Tag()]
+	if r == nil {
+		return
+	}
+	if w == r.prefill {
+		if d.Done {
+			s.router.Finished(w.id, r.id)
+			s.startTransfer(r, d.H.Result().Pinned)
+		}
+		return
+	}
+	if d.First {
+		r.rec.TTFTS = s.toWall(s.now - r.arrival)
+		s.router.FirstToken(w.id, r.id)
+	}
+	if d.Done {
+		s.router.Finished(w.id, r.id)
+		res := d.H.Result()
+		rec := r.rec
+		rec.Status, rec.Outcome = 200, bench.OutcomeOK
+		rec.E2ES = s.toWall(s.now - r.arrival)
+		rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens = res.PromptTokens, len(res.Output), res.CachedTokens
+		rec.Chunks = len(res.Output)
+		gaps := make([]float64, len(res.Gaps))
+		for i, g := range res.Gaps {
+			gaps[i] = float64(g) / s.S
+		}
+		rec.SetITLs(gaps)
+		s.reqs[r.idx] = nil
+		s.finished++
+		s.lastDone = max(s.lastDone, s.now)
+	}
+}
+
+// startTransfer moves the prefill's pinned blocks the decode worker does
+// not hold over the prefill worker's link, as the decode worker's pull does
+// live.
+func (s *simulator) startTransfer(r *request, pinned *sim.PinnedSet) {
+	d, p := r.decode, r.prefill
+	f := &flow{req: r, start: s.now, pinned: pinned}
+	if pinned != nil {
+		have := d.core.CachedPrefix(pinned.Hashes)
+		f.parent = pinned.Parent
+		if have > 0 {
+			f.parent = pinned.Hashes[have-1]
+		}
+		f.hashes = pinned.Hashes[have:]
+		f.bytes = int64(len(f.hashes)) * int64(d.core.BlockBytes())
+	}
+	if f.bytes == 0 {
+		s.finishTransfer(f)
+		return
+	}
+	l := p.link
+	l.advance(s.now)
+	// The RTT is paid before the bytes flow: it joins the flow's size at
+	// the link's current share, a simplification that keeps one event per
+	// completion.
+	f.remaining = float64(f.bytes) + s.cfg.LinkRTT.Seconds()*s.S*l.rate
+	l.flows = append(l.flows, f)
+	s.scheduleLink(l)
+}
+
+func (l *link) advance(now time.Duration) {
+	if n := len(l.flows); n > 0 && now > l.last {
+		per := l.rate * (now - l.last).Seconds() / float64(n)
+		for _, f := range l.flows {
+			f.remaining -= per
+		}
+	}
+	l.last = now
+}
+
+func (s *simulator) scheduleLink(l *link) {
+	l.gen++
+	if len(l.flows) == 0 {
+		return
+	}
+	least := l.flows[0].remaining
+	for _, f := range l.flows[1:] {
+		least = min(least, f.remaining)
+	}
+	secs := max(0, least) * float64(len(l.flows)) / l.rate
+	l.next = s.now + time.Duration(math.Ceil(secs*1e9))
+	s.push(event{at: l.next, kind: evLink, idx: int32(l.idx), gen: l.gen})
+}
+
+func (s *simulator) linkDone(l *link, gen uint64) {
+	if gen != l.gen {
+		return // superseded by a later flow change
+	}
+	l.advance(s.now)
+	var done []*flow
+	keep := l.flows[:0]
+	for _, f := range l.flows {
+		if f.remaining <= 1 { // a byte of float slack
+			done = append(done, f)
+		} else {
+			keep = append(keep, f)
+		}
+	}
+	clear(l.flows[len(keep):])
+	l.flows = keep
+	s.scheduleLink(l)
+	for _, f := range done {
+		s.finishTransfer(f)
+	}
+}
+
+// finishTransfer inserts the received blocks on the decode worker, releases
+// the prefill worker's pins, teaches the gate the link and forwards the
+// request, as the decode worker and frontend do live.
+func (s *simulator) finishTransfer(f *flow) {
+	r := f.req
+	d, p := r.decode, r.prefill
+	if len(f.hashes) > 0 {
+		n := len(d.events)
+		_ = d.core.InsertBlocks(f.parent, f.hashes) // a full cache recomputes, as live
+		s.applyEvents(d, n)
+		s.gate.Links().Observe(p.id, d.id, f.bytes, time.Duration(float64(s.now-f.start)/s.S))
+	}
+	if f.pinned != nil {
+		f.pinned.Release()
+	}
+	r.prefill = nil
+	s.kick(p) // its queue may have waited for the pinned blocks
+	s.forward(r, s.prompt(r.idx))
+}
+
+func (s *simulator) report() *bench.Report {
+	cfg := s.cfg
+	slo := bench.SLO{TTFT: cfg.TTFTSLO, ITL: cfg.ITLSLO}
+	var first time.Duration
+	if len(cfg.Items) > 0 {
+		first = s.arrivalAt(0)
+	}
+	dur := s.toWall(s.lastDone - first)
+	run := bench.PolicyRun{Policy: cfg.Router, Records: s.recs}
+	if cfg.PrefillWorkers > 0 {
+		run.DisaggMode = string(cfg.Disagg)
+	}
+	run.Aggregate = bench.Summarize(s.recs, dur, slo)
+	ec := s.workers[0].core.Config()
+	rep := &bench.Report{
+		Schema: bench.SchemaVersion, Scenario: bench.ScenarioTrace, URL: "simulate", Model: ec.Model,
+		BlockSize: s.bs, Runs: []bench.PolicyRun{run},
+		Deployment: bench.Health{Status: "simulated", BlockSize: s.bs},
+		Settings: bench.Settings{Trace: cfg.TracePath, TraceFormat: cfg.TraceFormat, TimeScale: cfg.TimeScale,
+			MaxRequests: cfg.MaxRequests, Seed: cfg.Seed, TTFTSLOS: cfg.TTFTSLO.Seconds(), ITLSLOS: cfg.ITLSLO.Seconds()},
+	}
+	for _, w := range s.workers {
+		hw := bench.HealthWorker{ID: w.id, Role: w.role}
+		hw.Events.State = "healthy"
+		rep.Deployment.Workers = append(rep.Deployment.Workers, hw)
+	}
+	a := &run.Aggregate
+	gpus := (cfg.Workers + cfg.PrefillWorkers) * ec.TP
+	sm := &bench.Simulation{Model: ec.Model, GPU: ec.GPU, TP: ec.TP, Workers: cfg.Workers, PrefillWorkers: cfg.PrefillWorkers,
+		GPUs: gpus, Router: cfg.Router, Disagg: string(cfg.Disagg), Speedup: s.S, KVBlocks: s.workers[0].core.TotalBlocks(),
+		VirtualS: dur, GPUHourUSD: cfg.GPUHourUSD, Events: s.nEvents}
+	if cfg.PrefillWorkers > 0 {
+		sm.LinkRate = cfg.LinkRate.String()
+		sm.LinkRTTS = cfg.LinkRTT.Seconds()
+	}
+	for _, w := range s.workers {
+		sm.Steps += int64(w.core.Steps())
+	}
+	sm.CostUSD = float64(gpus) * dur / 3600 * cfg.GPUHourUSD
+	out := a.OutputTokensPerS * dur
+	if tok := a.InputTokensPerS*dur + out; tok > 0 {
+		sm.USDPerMillionTokens = sm.CostUSD / (tok / 1e6)
+	}
+	if out > 0 {
+		sm.USDPerMillionOutput = sm.CostUSD / (out / 1e6)
+	}
+	if gpus > 0 {
+		sm.GoodputPerGPU = a.GoodputRPS / float64(gpus)
+	}
+	rep.Runs[0] = run
+	rep.Simulation = sm
+	return rep
+}

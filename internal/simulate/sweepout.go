@@ -1,0 +1,123 @@
+package simulate
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
+	"github.com/switchyard-llm/switchyard/internal/linkemu"
+)
+
+// SweepSchema names the --sweep --json format.
+const SweepSchema = "switchyard-simulate-sweep/v1"
+
+// WriteSweepJSON writes the ranked rows.
+func WriteSweepJSON(path string, rows []Row, dims []Dim, minGood float64) error {
+	out := struct {
+		Schema  string  `json:"schema"`
+		Dims    []Dim   `json:"dims"`
+		MinGood float64 `json:"min_good"`
+		Rows    []Row   `json:"rows"`
+	}{SweepSchema, dims, minGood, rows}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("simulate: encode sweep: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("simulate: write --json: %w", err)
+	}
+	return nil
+}
+
+// WriteSweepPlot draws TTFT p50 against the sweep's link dimension (log
+// scale, Gbit/s), or against the first dimension's position when there is
+// no link dimension, with one line per combination of the other
+// dimensions. reps are in Points(dims) order.
+func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
+	xi := 0
+	for i, d := range dims {
+		if d.Key == "link" {
+			xi = i
+		}
+	}
+	isLink := dims[xi].Key == "link"
+	p := plot.New()
+	p.Title.Text = "simulated TTFT p50 by " + dims[xi].Key
+	p.Y.Label.Text = "TTFT p50 (s)"
+	p.X.Label.Text = dims[xi].Key
+	if isLink {
+		p.X.Label.Text = "link line rate (Gbit/s, log scale)"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	series := map[string]plotter.XYs{}
+	var order []string
+	for i, pt := range Points(dims) {
+		var key []string
+		for k, v := range pt {
+			if k != xi {
+				key = append(key, dims[k].Key+"="+v)
+			}
+		}
+		name := strings.Join(key, " ")
+		if _, ok := series[name]; !ok {
+			order = append(order, name)
+		}
+		x := float64(indexOf(dims[xi].Values, pt[xi]))
+		if isLink {
+			r, err := linkemu.ParseRate(pt[xi])
+			if err != nil {
+				return err
+			}
+			x = float64(r) * 8 / 1e9
+		}
+		y := math.NaN()
+		if v := reps[i].Runs[0].Aggregate.TTFTP50S; v != nil {
+			y = *v
+		}
+		if !math.IsNaN(y) {
+			series[name] = append(series[name], plotter.XY{X: x, Y: y})
+		}
+	}
+	for i, name := range order {
+		if len(series[name]) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(series[name])
+		if err != nil {
+			return fmt.Errorf("simulate: plot %s: %w", name, err)
+		}
+		l.Color = plotutil.Color(i)
+		l.Dashes = plotutil.Dashes(i / 7)
+		l.Width = vg.Points(1.5)
+		pts, _ := plotter.NewScatter(series[name])
+		pts.Color = l.Color
+		p.Add(l, pts)
+		if name == "" {
+			name = "TTFT p50"
+		}
+		p.Legend.Add(name, l)
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("simulate: save plot %s: %w", path, err)
+	}
+	return nil
+}
+
+func indexOf(xs []string, x string) int {
+	for i, v := range xs {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}
