@@ -38,6 +38,23 @@ type RouterState struct {
 // call does one JSON control request and decodes a 2xx answer into out
 // (when out is non-nil). It returns the raw body too.
 func (c *Client) call(ctx context.Context, method, path, key string, body any, out any) ([]byte, error) {
+	return c.callAt(ctx, c.base, method, path, key, body, out)
+}
+
+// callAll does call on every frontend URL: settings go to each, so that
+// replicas that do not share them (--share-state=false) agree too.
+func (c *Client) callAll(ctx context.Context, method, path, key string, body any, out any) ([]byte, error) {
+	var b []byte
+	for _, base := range c.bases {
+		var err error
+		if b, err = c.callAt(ctx, base, method, path, key, body, out); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+func (c *Client) callAt(ctx context.Context, base, method, path, key string, body any, out any) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -48,7 +65,7 @@ func (c *Client) call(ctx context.Context, method, path, key string, body any, o
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(c.timeout, adminTimeout))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s %s: %w", method, path, err)
 	}
@@ -60,7 +77,7 @@ func (c *Client) call(ctx context.Context, method, path, key string, body any, o
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %s %s: %w (is the frontend running at --url %s?)", method, path, err, c.base)
+		return nil, fmt.Errorf("bench: %s %s: %w (is the frontend running at --url %s?)", method, path, err, base)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -118,7 +135,7 @@ func (c *Client) Router(ctx context.Context) (RouterState, error) {
 // SetPolicy switches the frontend's routing policy and checks the answer.
 func (c *Client) SetPolicy(ctx context.Context, policy string) error {
 	var s RouterState
-	if _, err := c.call(ctx, http.MethodPut, "/admin/router", c.adminKey, map[string]string{"policy": policy}, &s); err != nil {
+	if _, err := c.callAll(ctx, http.MethodPut, "/admin/router", c.adminKey, map[string]string{"policy": policy}, &s); err != nil {
 		return err
 	}
 	if s.Policy != policy {
@@ -152,7 +169,7 @@ func (c *Client) Disagg(ctx context.Context) (DisaggState, error) {
 // SetDisagg switches the frontend's disaggregation mode and checks the answer.
 func (c *Client) SetDisagg(ctx context.Context, mode string) error {
 	var s DisaggState
-	if _, err := c.call(ctx, http.MethodPut, "/admin/disagg", c.adminKey, map[string]string{"mode": mode}, &s); err != nil {
+	if _, err := c.callAll(ctx, http.MethodPut, "/admin/disagg", c.adminKey, map[string]string{"mode": mode}, &s); err != nil {
 		return err
 	}
 	if s.Mode != mode {

@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -50,6 +53,7 @@ type Record struct {
 	CachedTokens     int  `json:"cached_tokens"`
 	CacheHit         bool `json:"cache_hit"` // cached >= the shared prefix's full blocks (routing only)
 
+	Frontend        string   `json:"frontend,omitempty"` // the URL it was sent to, with several --url
 	Worker          string   `json:"worker,omitempty"`
 	OverlapTokens   *int     `json:"overlap_tokens,omitempty"`
 	Policy          string   `json:"policy,omitempty"`
@@ -73,7 +77,7 @@ const (
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
-	URL      string
+	URL      string // one frontend, or several separated by commas: requests are spread over them
 	APIKey   string
 	AdminKey string
 	MaxConns int           // idle connections kept per host; at least the concurrency
@@ -83,7 +87,9 @@ type ClientConfig struct {
 // Client sends streamed completions and admin calls to one frontend. It is
 // safe for concurrent use; Close releases its idle connections.
 type Client struct {
-	base     string
+	base     string   // the first URL: control requests
+	bases    []string // every URL: requests go round-robin over the ones up
+	down     []atomic.Bool
 	apiKey   string
 	adminKey string
 	timeout  time.Duration
@@ -105,7 +111,11 @@ func NewClient(cfg ClientConfig) *Client {
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
 	}
-	c := &Client{base: cfg.URL, apiKey: cfg.APIKey, adminKey: cfg.AdminKey, timeout: cfg.Timeout,
+	bases := splitURLs(cfg.URL)
+	if len(bases) == 0 {
+		bases = []string{""}
+	}
+	c := &Client{base: bases[0], bases: bases, down: make([]atomic.Bool, len(bases)), apiKey: cfg.APIKey, adminKey: cfg.AdminKey, timeout: cfg.Timeout,
 		hc: &http.Client{Transport: tr}, tr: tr}
 	c.SetModel("")
 	return c
@@ -155,18 +165,40 @@ func (c *Client) Complete(ctx context.Context, b *PromptBuilder, it *Item, rec *
 	rec.Index, rec.Group, rec.InputTokens, rec.SharedTokens, rec.MaxTokens = it.Index, it.Group, len(rb.tokens), it.SharedTokens, it.MaxTokens
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/completions", bytes.NewReader(rb.body))
-	if err != nil {
-		rec.fail(0, "request", err.Error())
-		return
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	if c.apiKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-	}
 	start := time.Now()
-	resp, err := c.hc.Do(req)
+	var resp *http.Response
+	var err error
+	for try := 0; try < len(c.bases); try++ {
+		i := c.pickBase(it.Index + try)
+		rec.Frontend = ""
+		if len(c.bases) > 1 {
+			rec.Frontend = c.bases[i]
+		}
+		var req *http.Request
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.bases[i]+"/v1/completions", bytes.NewReader(rb.body))
+		if err != nil {
+			rec.fail(0, "request", err.Error())
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		if len(c.bases) > 1 {
+			// Lets the transport resend a request whose pooled connection
+			// the frontend had closed before reading it (as it does when it
+			// dies); a frontend that never saw it cannot have run it.
+			req.Header.Set("Idempotency-Key", strconv.Itoa(it.Index))
+		}
+		if c.apiKey != "" {
+			req.Header.Set("Authorization", "Bearer "+c.apiKey)
+		}
+		resp, err = c.hc.Do(req)
+		if err == nil || len(c.bases) == 1 || ctx.Err() != nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			break
+		}
+		// Nothing listens there any more: as a load balancer would, take
+		// it out and send the request to the next frontend.
+		c.down[i].Store(true)
+	}
 	if err != nil {
 		rec.E2ES = time.Since(start).Seconds()
 		rec.fail(0, transportKind(ctx, err), err.Error())
@@ -185,6 +217,30 @@ func (c *Client) Complete(ctx context.Context, b *PromptBuilder, it *Item, rec *
 		return
 	}
 	c.readStream(ctx, resp.Body, start, rec)
+}
+
+// pickBase returns the index of the i-th frontend round-robin, skipping
+// those found down (all down: the i-th anyway).
+func (c *Client) pickBase(i int) int {
+	n := len(c.bases)
+	for k := 0; k < n; k++ {
+		j := (i + k) % n
+		if !c.down[j].Load() {
+			return j
+		}
+	}
+	return i % n
+}
+
+// splitURLs splits --url's comma-separated list, trimming trailing slashes.
+func splitURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func (c *Client) readStream(ctx context.Context, body io.Reader, start time.Time, rec *Record) {

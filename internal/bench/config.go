@@ -30,7 +30,7 @@ const (
 type Config struct {
 	Scenario Scenario
 
-	URL      string // frontend base URL, e.g. http://127.0.0.1:8000
+	URL      string // frontend base URL, e.g. http://127.0.0.1:8000; several separated by commas spread the load
 	Model    string // empty: the first id of GET /v1/models
 	APIKey   string // Authorization: Bearer for the OpenAI API
 	AdminKey string // Authorization: Bearer for /admin/*; empty: APIKey
@@ -113,11 +113,17 @@ func (c *Config) Validate() error {
 		bad("unknown scenario %q: use routing, disagg, trace or selftest", c.Scenario)
 	}
 	if c.Scenario != ScenarioSelftest {
-		u, err := url.Parse(c.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("--url %q: want http://host:port", c.URL)
+		urls := strings.Split(c.URL, ",")
+		for i, raw := range urls {
+			raw = strings.TrimRight(strings.TrimSpace(raw), "/")
+			u, err := url.Parse(raw)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad("--url %q: want http://host:port, or several separated by commas", c.URL)
+				break
+			}
+			urls[i] = raw
 		}
-		c.URL = strings.TrimRight(c.URL, "/")
+		c.URL = strings.Join(urls, ",")
 	}
 	if c.AdminKey == "" {
 		c.AdminKey = c.APIKey

@@ -55,6 +55,10 @@ func (s Subjects) LoadAll() string { return "sy." + s.ns() + ".load.*" }
 // frontends can keep their link estimates current.
 func (s Subjects) Transfers() string { return "sy." + s.ns() + ".xfer" }
 
+// Replicas is where frontend replicas share their routing state: in-flight
+// requests, approximate-index decisions, link probes and admin settings.
+func (s Subjects) Replicas() string { return "sy." + s.ns() + ".fe" }
+
 // WorkersBucket is the JetStream key-value bucket of the worker registry.
 func (s Subjects) WorkersBucket() string { return "sy_" + s.ns() + "_workers" }
 

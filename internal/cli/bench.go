@@ -44,7 +44,7 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL")
+	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL; several separated by commas spread requests round-robin (a refusing one is skipped)")
 	fs.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")

@@ -99,6 +99,8 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Minute, "longest upstream exchange; also bounds a non-streaming generation")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted; larger gets 413")
 	fs.DurationVar(&c.SilenceAfter, "kv-silence-after", 0, "mark a worker's KV events silent after this long without a batch (0: 2.5 s)")
+	fs.BoolVar(&c.ShareState, "share-state", true, "share routing state (in-flight load, approximate index, link probes, /admin settings) with the other frontend replicas on the bus")
+	fs.StringVar(&c.ReplicaID, "replica-id", "", "this frontend's name among its replicas, unique (e.g. the pod name; empty: random)")
 }
 
 // Environment variables the key flags default to, so keys stay out of the

@@ -40,6 +40,9 @@ func (s *Server) handlePutRouter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("routing policy changed", "policy", in.Policy)
+	if s.cfg.SettingsChanged != nil {
+		s.cfg.SettingsChanged()
+	}
 	openai.WriteJSON(w, routerState{Policy: s.deps.Router.Policy()})
 }
 
@@ -161,4 +164,14 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 		ov = map[string]int{}
 	}
 	openai.WriteJSON(w, lookupResponse{Blocks: len(hashes), BlockSize: s.cfg.BlockSize, Tokens: len(toks), Overlaps: ov})
+}
+
+// handleCluster reports the bus and the frontend replicas this one shares
+// routing state with.
+func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
+	if s.deps.Cluster == nil {
+		openai.WriteJSON(w, map[string]any{"bus": map[string]any{"status": "unknown"}})
+		return
+	}
+	openai.WriteJSON(w, s.deps.Cluster.ClusterStatus())
 }

@@ -45,6 +45,10 @@ type Config struct {
 	// GateInput. PUT /admin/disagg and Server.SetDisaggMode switch it.
 	DisaggMode string
 
+	// SettingsChanged, when set, is called after PUT /admin/router or PUT
+	// /admin/disagg changed a setting, so frontend replicas can share it.
+	SettingsChanged func()
+
 	Registry *prometheus.Registry // where the frontend registers its metrics; nil: a private one
 	Logger   *slog.Logger         // nil: slog.Default()
 }

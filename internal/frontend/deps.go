@@ -284,6 +284,7 @@ type Deps struct {
 	Prober    Prober    // runs POST /admin/links/probe; nil: 501
 	GateInfo  GateInfo  // nil: Gate, if it implements GateInfo
 	Predictor Predictor // runs POST /admin/disagg/predict; nil: Gate, if it implements Predictor
+	Cluster   Cluster   // GET /admin/cluster; nil: the bus status is unknown
 }
 
 // gateInfo returns the configured GateInfo, if any.
@@ -305,3 +306,10 @@ func (d *Deps) predictor() Predictor {
 }
 
 var errNoCandidates = errors.New("frontend: no candidate workers")
+
+// Cluster reports the bus connection and the frontend replicas this one
+// shares routing state with, for GET /admin/cluster. The value is encoded
+// as JSON as it is.
+type Cluster interface {
+	ClusterStatus() any
+}

@@ -197,6 +197,9 @@ func (s *Server) handlePutDisagg(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("disaggregation mode changed", "mode", in.Mode)
+	if s.cfg.SettingsChanged != nil {
+		s.cfg.SettingsChanged()
+	}
 	openai.WriteJSON(w, s.disaggState())
 }
 

@@ -122,6 +122,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("GET /admin/disagg", s.admin(s.handleGetDisagg))
 	s.mux.HandleFunc("PUT /admin/disagg", s.admin(s.handlePutDisagg))
 	s.mux.HandleFunc("POST /admin/disagg/predict", s.admin(s.handlePredict))
+	s.mux.HandleFunc("GET /admin/cluster", s.admin(s.handleCluster))
 	s.endpoints = map[string]string{
 		"POST /v1/chat/completions": endpointChat.name,
 		"POST /v1/completions":      endpointCompletions.name,

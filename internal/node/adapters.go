@@ -84,6 +84,7 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 	if err != nil {
 		return frontend.Decision{}, err
 	}
+	a.f.share.Approx(d.Worker, req.Hashes, time.Now())
 	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx}, nil
 }
 

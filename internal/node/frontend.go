@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/gate"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/replica"
 	"github.com/switchyard-llm/switchyard/internal/router"
 )
 
@@ -55,6 +56,12 @@ type FrontendConfig struct {
 
 	SilenceAfter time.Duration // KV events; 0: the kvevents default
 
+	// ShareState shares routing state with the other frontend replicas on
+	// the bus (package replica); ReplicaID names this one among them ("":
+	// random).
+	ShareState bool
+	ReplicaID  string
+
 	// LinkLabel marks every link as emulated in reports, e.g.
 	// "1 Gbit/s (emulated)"; empty for real links.
 	LinkLabel string
@@ -72,6 +79,7 @@ type Frontend struct {
 	consumer *kvevents.Consumer
 	watcher  *bus.Watcher
 	gate     *gate.Gate
+	share    *replica.Sharer // nil: sharing off
 	server   *frontend.Server
 	http     *http.Server
 	url      string
@@ -193,6 +201,15 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}
 	f.subs = append(f.subs, sub)
 
+	if cfg.ShareState {
+		if f.share, err = replica.New(replica.Config{
+			NC: cfg.NC, Subjects: cfg.Subjects, ID: cfg.ReplicaID, Apply: peerApplier{f}, Links: f.sharedLinks,
+			ApproxTTL: f.router.ApproxTTL(), OnPeersChanged: f.kickProbes, Logger: f.log, Registerer: cfg.Registry,
+		}); err != nil {
+			return nil, err
+		}
+	}
+
 	// WatchWorkers has delivered the existing entries to onChange already;
 	// from here on the watcher is set, so new pairs can be probed.
 	f.goRun("link probes", func() error {
@@ -205,19 +222,38 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 			}
 		}
 	})
-	f.kickProbes()
+	if f.share == nil {
+		f.kickProbes()
+	} // else: once the peers had a moment to answer (below)
 
 	a := adapters{f}
+	var settingsChanged func()
+	if f.share != nil {
+		settingsChanged = f.settingsChanged
+	}
 	f.server, err = frontend.New(frontend.Config{
 		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
-		DisaggMode: string(mode), Registry: cfg.Registry, Logger: f.log,
+		DisaggMode: string(mode), SettingsChanged: settingsChanged, Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
-		Workers: a, Router: a, InFlight: f.router, Events: a, Gate: a, Index: a,
-		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a,
+		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share}, Events: a, Gate: a, Index: a,
+		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a, Cluster: a,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if f.share != nil {
+		f.goRun("replica sharing", func() error { return f.share.Run(runCtx) })
+		f.goRun("first link probes", func() error {
+			// Peers answer the hello within milliseconds; then the leader
+			// (and only it) probes what no peer measured.
+			select {
+			case <-runCtx.Done():
+			case <-time.After(300 * time.Millisecond):
+				f.kickProbes()
+			}
+			return nil
+		})
 	}
 	f.url = "http://" + ln.Addr().String()
 	f.http = &http.Server{Handler: f.server.Handler(), ReadHeaderTimeout: 10 * time.Second}
@@ -388,6 +424,9 @@ func (f *Frontend) probeNewLinks(ctx context.Context) {
 			decode = append(decode, w)
 		}
 	}
+	if !f.share.Leader() {
+		return // the replica with the smallest ID probes for all
+	}
 	links := f.gate.Links()
 	for _, p := range prefill {
 		for _, d := range decode {
@@ -443,5 +482,6 @@ func (f *Frontend) probe(ctx context.Context, p, d bus.WorkerInfo, nbytes int64)
 		return out, fmt.Errorf("node: probe %s → %s: %w", p.ID, d.ID, err)
 	}
 	f.gate.Links().ObserveProbe(p.ID, d.ID, out.BytesPerSec, time.Duration(out.RTTMillis*float64(time.Millisecond)))
+	f.share.Probed(replica.Link{From: p.ID, To: d.ID, BytesPerSec: out.BytesPerSec, RTTMillis: out.RTTMillis})
 	return out, nil
 }

@@ -70,6 +70,9 @@ func (a *approx) record(worker string, hashes []uint64, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, h := range hashes {
+		if e, ok := a.m[h]; ok && e.at > at {
+			continue // a later decision (another replica's arrives late) stands
+		}
 		a.seq++
 		a.m[h] = approxEntry{worker: worker, at: at, seq: a.seq}
 		if a.size == len(a.ring) && !a.grow() {

@@ -144,6 +144,23 @@ func (t *tracker) finished(worker, requestID string) {
 	w.finished = append(keep, f)
 }
 
+func (t *tracker) dropped(worker, requestID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.reqs[requestID]
+	if !ok || r.worker != worker {
+		return
+	}
+	delete(t.reqs, requestID)
+	w := t.worker(worker)
+	if r.decoding {
+		w.tracked.ActiveDecodeBlocks -= r.blocks
+	} else {
+		w.tracked.QueuedPrefillBlocks -= r.blocks
+	}
+	w.tracked.InFlight--
+}
+
 func (t *tracker) observe(worker string, r LoadReport, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

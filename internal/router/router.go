@@ -227,6 +227,22 @@ func (r *Router) FirstToken(worker, requestID string) { r.load.firstToken(worker
 // Finished records that the request is done.
 func (r *Router) Finished(worker, requestID string) { r.load.finished(worker, requestID) }
 
+// Dropped forgets a request without counting it as finished: for requests
+// of another frontend replica that went away, whose load reports may still
+// count them or not.
+func (r *Router) Dropped(worker, requestID string) { r.load.dropped(worker, requestID) }
+
+// RecordApprox records, in the approximate index, that hashes were sent to
+// worker at at: a decision another frontend replica made.
+func (r *Router) RecordApprox(worker string, hashes []uint64, at time.Time) {
+	if len(hashes) > 0 {
+		r.approx.record(worker, hashes, at)
+	}
+}
+
+// ApproxTTL is how long a decision stays in the approximate index.
+func (r *Router) ApproxTTL() time.Duration { return r.approx.ttl }
+
 // ObserveLoad records a worker's load report.
 func (r *Router) ObserveLoad(worker string, rep LoadReport) { r.load.observe(worker, rep, r.now()) }
 

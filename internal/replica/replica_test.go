@@ -1,0 +1,235 @@
+package replica
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/bus/bustest"
+)
+
+// fakeApplier records what a Sharer applies, as a router would see it.
+type fakeApplier struct {
+	mu       sync.Mutex
+	inflight map[string]string // request → worker
+	decoding map[string]bool
+	finished map[string]bool
+	dropped  map[string]bool
+	approx   map[uint64]string
+	links    []Link
+	settings []Settings
+}
+
+func newFake() *fakeApplier {
+	return &fakeApplier{inflight: map[string]string{}, decoding: map[string]bool{}, finished: map[string]bool{},
+		dropped: map[string]bool{}, approx: map[uint64]string{}}
+}
+
+func (f *fakeApplier) Started(w, id string, _, _ int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inflight[id] = w
+}
+func (f *fakeApplier) FirstToken(_, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.decoding[id] = true
+}
+func (f *fakeApplier) Finished(_, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.inflight, id)
+	f.finished[id] = true
+}
+func (f *fakeApplier) Dropped(_, id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.inflight, id)
+	f.dropped[id] = true
+}
+func (f *fakeApplier) RecordApprox(w string, hs []uint64, _ time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, h := range hs {
+		f.approx[h] = w
+	}
+}
+func (f *fakeApplier) Link(l Link) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.links = append(f.links, l)
+}
+func (f *fakeApplier) Settings(s Settings) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settings = append(f.settings, s)
+}
+
+func (f *fakeApplier) check(fn func(f *fakeApplier) bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fn(f)
+}
+
+type running struct {
+	s      *Sharer
+	f      *fakeApplier
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startSharer(t *testing.T, nc *nats.Conn, id string, links []Link) *running {
+	t.Helper()
+	f := newFake()
+	s, err := New(Config{NC: nc, Subjects: bus.Subjects{Namespace: "t"}, ID: id, Apply: f,
+		Links: func() []Link { return links }, FullEvery: 100 * time.Millisecond, PeerTTL: 400 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{s: s, f: f, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		if err := s.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(r.stop)
+	return r
+}
+
+func (r *running) stop() {
+	r.cancel()
+	<-r.done
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after 5 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestShareInFlightApproxAndSettings(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", nil)
+	b := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-b", nil)
+	waitFor(t, "peers see each other", func() bool { return len(a.s.Status().Peers) == 1 && len(b.s.Status().Peers) == 1 })
+
+	a.s.Started("w1", "r1", 10, 12)
+	a.s.Started("w2", "r2", 5, 5)
+	waitFor(t, "b sees a's two requests", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return f.inflight["fe-a/r1"] == "w1" && f.inflight["fe-a/r2"] == "w2" })
+	})
+	a.s.FirstToken("w1", "r1")
+	a.s.Finished("w2", "r2")
+	waitFor(t, "b sees r1 decoding and r2 finished", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return f.decoding["fe-a/r1"] && f.finished["fe-a/r2"] })
+	})
+
+	a.s.Approx("w1", []uint64{1, 2, 3}, time.Now())
+	waitFor(t, "b has a's approximate records", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return f.approx[1] == "w1" && f.approx[3] == "w1" })
+	})
+
+	b.s.SetSettings("round-robin", "never")
+	waitFor(t, "a applies b's settings", func() bool {
+		return a.f.check(func(f *fakeApplier) bool { return len(f.settings) == 1 && f.settings[0].Policy == "round-robin" })
+	})
+	if got := b.f.check(func(f *fakeApplier) bool { return len(f.settings) == 0 }); !got {
+		t.Error("b applied its own settings change back to itself")
+	}
+	if !a.s.Leader() || b.s.Leader() {
+		t.Errorf("leader: a %v, b %v; want fe-a (the smaller id) only", a.s.Leader(), b.s.Leader())
+	}
+}
+
+// TestLateReplicaConvergesAndDeadOneExpires: a replica that starts late
+// gets the others' whole share at once; one that dies is dropped.
+func TestLateReplicaConvergesAndDeadOneExpires(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	link := Link{From: "p1", To: "d1", BytesPerSec: 1e9, RTTMillis: 0.5}
+	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", []Link{link})
+	for i := range 3000 { // more than one full part
+		a.s.Started("w1", "r"+strconv.Itoa(i), 1, 1)
+	}
+	a.s.Approx("w1", []uint64{7, 8}, time.Now())
+	a.s.SetSettings("least-loaded", "auto")
+	time.Sleep(50 * time.Millisecond) // let a publish before b exists: b must get it from its hello
+
+	start := time.Now()
+	b := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-b", nil)
+	waitFor(t, "late replica converges", func() bool {
+		return b.f.check(func(f *fakeApplier) bool {
+			return len(f.inflight) == 3000 && f.approx[8] == "w1" && len(f.links) == 1 && f.links[0].Sync &&
+				len(f.settings) == 1 && f.settings[0].Policy == "least-loaded"
+		})
+	})
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("late replica took %v to converge, want within 2 s", d)
+	}
+
+	// A finish lost on the wire is healed by the next full set.
+	a.s.mu.Lock()
+	delete(a.s.inflight, "r0")
+	a.s.mu.Unlock()
+	waitFor(t, "full set reconciles a lost finish", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return f.finished["fe-a/r0"] })
+	})
+
+	a.stop()
+	waitFor(t, "dead replica's share expires", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return len(f.inflight) == 0 && f.dropped["fe-a/r1"] })
+	})
+	if n := len(b.s.Status().Peers); n != 0 {
+		t.Errorf("peers after expiry = %d, want 0", n)
+	}
+}
+
+func TestMalformedAndDuplicateIDCounted(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	nc := bustest.Connect(t, srv.ClientURL())
+	a := startSharer(t, nc, "fe-a", nil)
+	waitFor(t, "a said hello", func() bool { return counter(a.s.m.messages.WithLabelValues("sent")) >= 1 })
+	subj := bus.Subjects{Namespace: "t"}.Replicas()
+	_ = nc.Publish(subj, []byte("{not json"))
+	_ = nc.Publish(subj, []byte(`{"replica":"fe-a","epoch":1,"seq":1}`))
+	_ = nc.Flush()
+	waitFor(t, "both counted", func() bool {
+		return counter(a.s.m.dropped.WithLabelValues("malformed")) == 1 && counter(a.s.m.dropped.WithLabelValues("duplicate_id")) == 1
+	})
+}
+
+func TestApproxCoalescedAndBounded(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	s, err := New(Config{NC: bustest.Connect(t, srv.ClientURL()), Apply: newFake(), MaxPendingApprox: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	s.Approx("w1", []uint64{1, 2, 3}, now)
+	s.Approx("w1", []uint64{1, 2, 3}, now.Add(time.Second)) // already shared: coalesced
+	if n := len(s.pendApprox); n != 3 {
+		t.Errorf("pending after a repeat = %d, want 3", n)
+	}
+	s.Approx("w2", []uint64{4, 5, 6}, now)
+	if n := len(s.pendApprox); n != 4 {
+		t.Errorf("pending = %d, want the bound 4", n)
+	}
+	if got := counter(s.m.dropped.WithLabelValues("approx")); got != 2 {
+		t.Errorf("dropped = %v, want 2", got)
+	}
+}
+
+func counter(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
