@@ -28,6 +28,15 @@ type Profile struct {
 	KVBytesPerToken int     `json:"kv_bytes_per_token"` // over all TP ranks
 	MaxBatchTokens  int     `json:"max_num_batched_tokens"`
 	Speedup         float64 `json:"speedup"`
+	// HostLinkBandwidth is one GPU's effective host↔device copy rate,
+	// bytes/s each way; 0 if unknown.
+	HostLinkBandwidth float64 `json:"host_link_bps,omitempty"`
+	// DiskBandwidth is the disk tier's read rate, bytes/s; 0 without one.
+	DiskBandwidth float64 `json:"disk_bps,omitempty"`
+	// CPUBlocks and DiskBlocks are the lower tiers' capacities in blocks;
+	// 0 without the tier.
+	CPUBlocks  int `json:"kv_cpu_blocks,omitempty"`
+	DiskBlocks int `json:"kv_disk_blocks,omitempty"`
 }
 
 // WorkerInfo is a worker's entry in the registry: everything the frontend

@@ -35,6 +35,8 @@ func engineFlags(fs *flag.FlagSet, c *sim.Config) {
 	fs.IntVar(&c.MaxNumSeqs, "max-num-seqs", 256, "running sequences at most")
 	fs.Float64Var(&c.Speedup, "speedup", 1, "simulated seconds per wall-clock second")
 	fs.Int64Var(&c.Seed, "seed", 0, "generation seed for requests that carry none")
+	fs.Float64Var(&c.KVOffloadGiB, "kv-offload-gib", 0, "host-memory KV tier per worker, GiB: evicted GPU blocks are offloaded there and loaded back over the host link (0: none)")
+	fs.Float64Var(&c.KVDiskGiB, "kv-disk-gib", 0, "disk KV tier per worker below host memory, GiB (needs --kv-offload-gib; 0: none)")
 }
 
 // busFlags are the settings every process on the bus shares.

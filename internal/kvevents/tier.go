@@ -17,6 +17,8 @@ const (
 	TierGPU  = kvindex.TierGPU
 	TierCPU  = kvindex.TierCPU
 	TierDisk = kvindex.TierDisk
+	// NumTiers is the number of tiers.
+	NumTiers = kvindex.NumTiers
 )
 
 // ParseMedium maps a medium name, as vLLM's BlockStored and BlockRemoved

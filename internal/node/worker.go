@@ -181,7 +181,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if cfg.NC != nil {
 		if w.pub != nil {
 			w.goRun("kv events", func() error { return w.pub.Run(runCtx) })
-			w.goRun("snapshots", func() error { return w.pub.ServeSnapshots(runCtx, w.sim.SnapshotBlocks) })
+			w.goRun("snapshots", func() error { return w.pub.ServeTieredSnapshots(runCtx, w.sim.SnapshotTiers) })
 		}
 		w.goRun("load reports", func() error {
 			return bus.RunLoadReporter(runCtx, cfg.NC, cfg.Subjects, 250*time.Millisecond, w.loadReport, log)

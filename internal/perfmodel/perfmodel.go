@@ -17,6 +17,7 @@ package perfmodel
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
@@ -64,6 +65,10 @@ type GPU struct {
 	// communication and launch cost that makes TP 8 slower than a pure
 	// roofline predicts.
 	RankOverhead time.Duration
+	// HostLinkBandwidth is the effective host↔device copy rate of one GPU,
+	// bytes/s each way: what offloaded KV blocks are written and loaded
+	// back at.
+	HostLinkBandwidth float64
 }
 
 // Model presets. Shapes are from the models' published configs.
@@ -95,16 +100,34 @@ var (
 	smallFit = GPU{MFU: 0.60, MBU: 0.80, StepOverhead: 3 * time.Millisecond, RankOverhead: 5 * time.Millisecond}
 )
 
+// Host-link rates, effective, per direction. PCI-SIG line rates: Gen4 16
+// GT/s and Gen5 32 GT/s per lane with 128b/130b coding, so x16 carries 31.5
+// and 63 GB/s; pinned-memory cudaMemcpy (NVIDIA's bandwidthTest) commonly
+// reports about 80% of that after packet overhead: ~25 GB/s on Gen4 x16,
+// ~50 GB/s on Gen5 x16. Which generation each card has is from the data
+// sheets: A100 and L4 are Gen4 x16, H100 SXM and H200 Gen5 x16, and the
+// RTX 4060 Gen4 with only 8 lanes.
+const (
+	pcieGen4x8  = 12.5e9
+	pcieGen4x16 = 25e9
+	pcieGen5x16 = 50e9
+)
+
 // GPU presets: peak dense bf16 FLOPS, memory bandwidth and capacity from the
-// vendors' data sheets (ARCHITECTURE.md).
+// vendors' data sheets (ARCHITECTURE.md), host link as above.
 var gpus = map[string]GPU{
-	"rtx-4060": withFit(GPU{Name: "rtx-4060", PeakFLOPS: 30e12, MemBandwidth: 272e9, MemoryBytes: 8e9}, smallFit),
-	"l4":       withFit(GPU{Name: "l4", PeakFLOPS: 121e12, MemBandwidth: 300e9, MemoryBytes: 24e9}, smallFit),
-	"a100-80g": withFit(GPU{Name: "a100-80g", PeakFLOPS: 312e12, MemBandwidth: 2039e9, MemoryBytes: 80e9}, a100Fit),
-	"h100":     withFit(GPU{Name: "h100", PeakFLOPS: 989e12, MemBandwidth: 3350e9, MemoryBytes: 80e9}, h100Fit),
+	"rtx-4060": withFit(GPU{Name: "rtx-4060", PeakFLOPS: 30e12, MemBandwidth: 272e9, MemoryBytes: 8e9, HostLinkBandwidth: pcieGen4x8}, smallFit),
+	"l4":       withFit(GPU{Name: "l4", PeakFLOPS: 121e12, MemBandwidth: 300e9, MemoryBytes: 24e9, HostLinkBandwidth: pcieGen4x16}, smallFit),
+	"a100-80g": withFit(GPU{Name: "a100-80g", PeakFLOPS: 312e12, MemBandwidth: 2039e9, MemoryBytes: 80e9, HostLinkBandwidth: pcieGen4x16}, a100Fit),
+	"h100":     withFit(GPU{Name: "h100", PeakFLOPS: 989e12, MemBandwidth: 3350e9, MemoryBytes: 80e9, HostLinkBandwidth: pcieGen5x16}, h100Fit),
 	// The H200 is an H100 die with more and faster HBM; it borrows the H100 fit.
-	"h200": withFit(GPU{Name: "h200", PeakFLOPS: 989e12, MemBandwidth: 4800e9, MemoryBytes: 141e9}, h100Fit),
+	"h200": withFit(GPU{Name: "h200", PeakFLOPS: 989e12, MemBandwidth: 4800e9, MemoryBytes: 141e9, HostLinkBandwidth: pcieGen5x16}, h100Fit),
 }
+
+// DiskBandwidth is the read rate of the simulated disk tier, bytes/s: a
+// local NVMe Gen4 x4 SSD, whose data sheets give ~7 GB/s sequential reads;
+// 5 GB/s leaves room for the filesystem and the bounce through host memory.
+const DiskBandwidth = 5e9
 
 func withFit(g, fit GPU) GPU {
 	g.MFU, g.MBU, g.StepOverhead, g.RankOverhead = fit.MFU, fit.MBU, fit.StepOverhead, fit.RankOverhead
@@ -169,22 +192,60 @@ func KVCapacityBytes(m Model, g GPU, tp int, memUtil float64) float64 {
 // NewProfile builds the profile of a worker running m on tp × g.
 func NewProfile(m Model, g GPU, tp int) bus.Profile {
 	return bus.Profile{
-		Model:           m.Name,
-		GPU:             g.Name,
-		TP:              tp,
-		PeakFLOPS:       g.PeakFLOPS,
-		MemBandwidth:    g.MemBandwidth,
-		MFU:             g.MFU,
-		MBU:             g.MBU,
-		StepOverheadSec: (g.StepOverhead + time.Duration(tp-1)*g.RankOverhead).Seconds(),
-		ParamCount:      m.DenseParams,
-		WeightBytes:     m.WeightBytes(),
-		Layers:          m.Layers,
-		Hidden:          m.Hidden,
-		AttnDim:         m.AttnDim(),
-		KVBytesPerToken: m.KVBytesPerToken(),
-		Speedup:         1,
+		Model:             m.Name,
+		GPU:               g.Name,
+		TP:                tp,
+		PeakFLOPS:         g.PeakFLOPS,
+		MemBandwidth:      g.MemBandwidth,
+		MFU:               g.MFU,
+		MBU:               g.MBU,
+		StepOverheadSec:   (g.StepOverhead + time.Duration(tp-1)*g.RankOverhead).Seconds(),
+		ParamCount:        m.DenseParams,
+		WeightBytes:       m.WeightBytes(),
+		Layers:            m.Layers,
+		Hidden:            m.Hidden,
+		AttnDim:           m.AttnDim(),
+		KVBytesPerToken:   m.KVBytesPerToken(),
+		Speedup:           1,
+		HostLinkBandwidth: g.HostLinkBandwidth,
 	}
+}
+
+// Tier numbers for LoadSeconds, as kvindex.Tier counts them.
+const (
+	TierCPU  = 1
+	TierDisk = 2
+)
+
+// TierBandwidth is the rate, bytes/s over all TP ranks, at which blocks in
+// tier (TierCPU or TierDisk) load into GPU memory: every rank has its own
+// host link; the disk tier is bounded by the disk too. 0 when the profile
+// states no host link, or for any other tier.
+func TierBandwidth(p *bus.Profile, tier int) float64 {
+	link := p.HostLinkBandwidth * float64(max(p.TP, 1))
+	switch tier {
+	case TierCPU:
+		return link
+	case TierDisk:
+		if p.DiskBandwidth > 0 {
+			return min(link, p.DiskBandwidth)
+		}
+	}
+	return 0
+}
+
+// LoadTime is the simulated time to load tokens worth of KV from tier into
+// GPU memory at TierBandwidth; it is "forever" (the largest Duration) when
+// the tier has no bandwidth.
+func LoadTime(p *bus.Profile, tier, tokens int) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	bw := TierBandwidth(p, tier)
+	if bw <= 0 {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(float64(tokens) * float64(p.KVBytesPerToken) / bw * float64(time.Second))
 }
 
 // Work is what one scheduler step computes, summed over its sequences.
@@ -243,4 +304,33 @@ func PrefillTime(p *bus.Profile, newTokens, cachedTokens int) time.Duration {
 		s += StepSeconds(p, w)
 	}
 	return time.Duration(s * float64(time.Second))
+}
+
+// LowerTierSaving prices a lower-tier hit: for a prompt of prompt tokens
+// whose first gpu tokens are in GPU memory and whose next cpu and disk
+// tokens are in those tiers, recompute is the prefill time those lower-tier
+// tokens would take (the prompt's prefill with gpu tokens cached, minus its
+// prefill with all of them cached) and load the time to load them instead.
+// Loading is worth it only when load < recompute; the saving is then
+// recompute − load.
+func LowerTierSaving(p *bus.Profile, prompt, gpu, cpu, disk int) (recompute, load time.Duration) {
+	n := cpu + disk
+	if n <= 0 {
+		return 0, 0
+	}
+	recompute = PrefillTime(p, prompt-gpu, gpu) - PrefillTime(p, prompt-gpu-n, gpu+n)
+	if cpu > 0 {
+		load = LoadTime(p, TierCPU, cpu)
+	}
+	if disk > 0 {
+		load = satAdd(load, LoadTime(p, TierDisk, disk))
+	}
+	return recompute, load
+}
+
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -1,6 +1,10 @@
 package sim
 
-import "github.com/switchyard-llm/switchyard/internal/kvevents"
+import (
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
+)
 
 // noBlock marks the ends of the LRU list.
 const noBlock = -1
@@ -8,8 +12,9 @@ const noBlock = -1
 // block is one slot of the paged KV cache.
 type block struct {
 	hash   uint64
-	cached bool  // hash is valid and the block is in blockManager.byHash
-	ref    int32 // sequences (and leases) using the block
+	parent uint64 // the chain parent of hash, for the event when it is offloaded
+	cached bool   // hash is valid and the block is in blockManager.byHash
+	ref    int32  // sequences (and leases) using the block
 	// prev and next link the unreferenced cached blocks in LRU order.
 	prev, next int32
 }
@@ -28,6 +33,15 @@ type blockManager struct {
 	lruLen           int
 	used             int // blocks with ref > 0
 	events           []kvevents.Event
+	// lower is the tiers below the GPU, fastest first (none without
+	// offloading); a block evicted from the GPU is written to lower[0].
+	lower lowerTiers
+	// now is the simulated time of the step being planned: offload writes
+	// queue on their link from then.
+	now time.Duration
+	// loadFree is when the host-to-device link is next idle: loads from
+	// the lower tiers queue on it (writes go the other way, on their own).
+	loadFree time.Duration
 }
 
 func newBlockManager(n int) *blockManager {
@@ -73,6 +87,19 @@ func (m *blockManager) evictableAmong(hashes []uint64) int {
 	return n
 }
 
+// evictableGPU counts the blocks of hashes whose match source (src) is the
+// GPU and that sit in the LRU: acquiring them takes them out of the
+// evictable pool.
+func (m *blockManager) evictableGPU(hashes []uint64, src []kvevents.Tier) int {
+	n := 0
+	for i, h := range hashes {
+		if src[i] == kvevents.TierGPU && m.blocks[m.byHash[h]].ref == 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // acquireCached takes a reference on the cached block of hash h.
 func (m *blockManager) acquireCached(h uint64) int32 {
 	i := m.byHash[h]
@@ -105,7 +132,8 @@ func (m *blockManager) allocate() (int32, bool) {
 		b := &m.blocks[i]
 		delete(m.byHash, b.hash)
 		b.cached = false
-		m.emitRemoved(b.hash)
+		m.emit(kvevents.Removed, kvevents.TierGPU, 0, b.hash)
+		m.offload(0, b.hash, b.parent)
 	} else {
 		return 0, false
 	}
@@ -123,9 +151,70 @@ func (m *blockManager) commit(i int32, parent, h uint64) {
 		return
 	}
 	b := &m.blocks[i]
-	b.hash, b.cached = h, true
+	b.hash, b.parent, b.cached = h, parent, true
 	m.byHash[h] = i
-	m.emitStored(parent, h)
+	m.emit(kvevents.Stored, kvevents.TierGPU, parent, h)
+}
+
+// offload writes block h, just evicted from the tier above, to lower tier
+// level, evicting that tier's least recently used unreferenced block (to
+// the next tier) when it is full. A block already there is only marked
+// used. When every block of a full tier is being loaded, h is dropped.
+func (m *blockManager) offload(level int, h, parent uint64) {
+	if level >= len(m.lower) {
+		return
+	}
+	t := m.lower[level]
+	if e, ok := t.entries[h]; ok {
+		if e.ref == 0 {
+			t.lruRemove(e)
+			t.lruPush(e)
+		}
+		return
+	}
+	if len(t.entries) >= t.capacity {
+		v := t.head
+		if v == nil {
+			return
+		}
+		t.lruRemove(v)
+		delete(t.entries, v.hash)
+		m.emit(kvevents.Removed, t.tier, 0, v.hash)
+		m.offload(level+1, v.hash, v.parent)
+	}
+	e := &tierEntry{hash: h, parent: parent, readyAt: max(t.writeFree, m.now) + t.writeCost}
+	t.writeFree = e.readyAt
+	t.entries[h] = e
+	t.lruPush(e)
+	t.stored++
+	m.emit(kvevents.Stored, t.tier, parent, h)
+}
+
+// match fills src with the tier of each leading block of hashes held in any
+// tier (TierGPU when it is in GPU memory, else the fastest lower tier
+// holding it) and returns it; its length is the match.
+func (m *blockManager) match(hashes []uint64, src []kvevents.Tier) []kvevents.Tier {
+	src = src[:0]
+	for _, h := range hashes {
+		if _, ok := m.byHash[h]; ok {
+			src = append(src, kvevents.TierGPU)
+		} else if t := m.lower.find(h); t != nil {
+			src = append(src, t.tier)
+		} else {
+			break
+		}
+	}
+	return src
+}
+
+// lowerTier returns the lower tier store of tier t.
+func (m *blockManager) lowerTier(t kvevents.Tier) *tierStore {
+	for _, s := range m.lower {
+		if s.tier == t {
+			return s
+		}
+	}
+	return nil
 }
 
 // release drops one reference on block i. An unreferenced cached block
@@ -145,9 +234,34 @@ func (m *blockManager) release(i int32) {
 	}
 }
 
-// clearUnreferenced drops every unreferenced cached block. It emits Cleared
-// when nothing cached is left, otherwise one Removed with the dropped hashes.
+// clearUnreferenced drops every unreferenced cached block, in every tier. It
+// emits Cleared when nothing cached is left, otherwise Removed events with
+// the dropped hashes, per tier.
 func (m *blockManager) clearUnreferenced() int {
+	mark := len(m.events)
+	n := 0
+	for _, t := range m.lower {
+		for t.head != nil {
+			e := t.head
+			t.lruRemove(e)
+			delete(t.entries, e.hash)
+			m.emit(kvevents.Removed, t.tier, 0, e.hash)
+			n++
+		}
+	}
+	lowerLeft := 0
+	for _, t := range m.lower {
+		lowerLeft += len(t.entries)
+	}
+	gpu := m.clearGPU()
+	if len(m.byHash) == 0 && lowerLeft == 0 {
+		m.events = append(m.events[:mark], kvevents.Event{Kind: kvevents.Cleared})
+	}
+	return n + gpu
+}
+
+// clearGPU drops every unreferenced cached GPU block.
+func (m *blockManager) clearGPU() int {
 	var hashes []uint64
 	for m.lruHead != noBlock {
 		i := m.lruHead
@@ -158,34 +272,29 @@ func (m *blockManager) clearUnreferenced() int {
 		hashes = append(hashes, b.hash)
 		m.free = append(m.free, i)
 	}
-	switch {
-	case len(m.byHash) == 0:
-		m.events = append(m.events, kvevents.Event{Kind: kvevents.Cleared})
-	case len(hashes) > 0:
+	if len(hashes) > 0 {
 		m.events = append(m.events, kvevents.Event{Kind: kvevents.Removed, Hashes: hashes})
 	}
 	return len(hashes)
 }
 
-// emitStored appends h to the previous Stored event when it continues the
-// same chain, so a prefill of many blocks makes one event.
-func (m *blockManager) emitStored(parent, h uint64) {
+// emit appends an event for block h. A Stored continuing the previous
+// Stored event's chain in the same medium extends it, as does a Removed
+// following a Removed of the same medium, so a prefill of many blocks makes
+// one event.
+func (m *blockManager) emit(kind kvevents.Kind, medium kvevents.Tier, parent, h uint64) {
 	if n := len(m.events); n > 0 {
 		e := &m.events[n-1]
-		if e.Kind == kvevents.Stored && e.Hashes[len(e.Hashes)-1] == parent {
+		if e.Kind == kind && e.Medium == medium && (kind == kvevents.Removed || e.Hashes[len(e.Hashes)-1] == parent) {
 			e.Hashes = append(e.Hashes, h)
 			return
 		}
 	}
-	m.events = append(m.events, kvevents.Event{Kind: kvevents.Stored, Parent: parent, Hashes: []uint64{h}})
-}
-
-func (m *blockManager) emitRemoved(h uint64) {
-	if n := len(m.events); n > 0 && m.events[n-1].Kind == kvevents.Removed {
-		m.events[n-1].Hashes = append(m.events[n-1].Hashes, h)
-		return
+	ev := kvevents.Event{Kind: kind, Medium: medium, Hashes: []uint64{h}}
+	if kind == kvevents.Stored {
+		ev.Parent = parent
 	}
-	m.events = append(m.events, kvevents.Event{Kind: kvevents.Removed, Hashes: []uint64{h}})
+	m.events = append(m.events, ev)
 }
 
 // takeEvents returns the pending events and starts a new list. The
@@ -222,6 +331,18 @@ func (m *blockManager) lruRemove(i int32) {
 	}
 	b.prev, b.next = noBlock, noBlock
 	m.lruLen--
+}
+
+// tierHashes calls fn with the hashes held in each tier, GPU first.
+func (m *blockManager) tierHashes(fn func(kvevents.Tier, []uint64)) {
+	fn(kvevents.TierGPU, m.cachedHashes())
+	for _, t := range m.lower {
+		hs := make([]uint64, 0, len(t.entries))
+		for h := range t.entries {
+			hs = append(hs, h)
+		}
+		fn(t.tier, hs)
+	}
 }
 
 // cachedHashes calls fn with every cached hash, referenced or not.

@@ -53,6 +53,12 @@ type Config struct {
 	MaxNumSeqs           int     // running sequences at most; default 256
 	Speedup              float64 // simulated seconds per wall second; default 1
 	Seed                 int64   // mixed into generation for requests without a seed
+	// KVOffloadGiB adds a host-memory tier of that many GiB: blocks evicted
+	// from the GPU are written there, and a prompt whose prefix is there
+	// loads it back over the GPU's host link. 0: no offloading.
+	KVOffloadGiB float64
+	// KVDiskGiB adds a disk tier below host memory (needs KVOffloadGiB).
+	KVDiskGiB float64
 
 	Publisher  EventPublisher // KV events; nil drops them
 	Leaser     Leaser         // prefill role: pins blocks for remote decode
@@ -127,6 +133,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxNumSeqs < 1 {
 		errs = append(errs, fmt.Errorf("max num seqs %d < 1", c.MaxNumSeqs))
+	}
+	if c.KVOffloadGiB < 0 || c.KVDiskGiB < 0 {
+		errs = append(errs, fmt.Errorf("kv offload %g GiB and kv disk %g GiB must not be negative", c.KVOffloadGiB, c.KVDiskGiB))
+	}
+	if c.KVDiskGiB > 0 && c.KVOffloadGiB == 0 {
+		errs = append(errs, fmt.Errorf("a disk tier (%g GiB) needs a host-memory tier above it: set --kv-offload-gib too", c.KVDiskGiB))
 	}
 	if c.Speedup <= 0 {
 		errs = append(errs, fmt.Errorf("speedup %g must be positive", c.Speedup))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 )
@@ -90,6 +91,28 @@ func newCore(cfg Config, words []uint32) (*Core, error) {
 	p := perfmodel.NewProfile(m, g, tp)
 	p.MaxBatchTokens = cfg.MaxNumBatchedTokens
 	p.Speedup = cfg.Speedup
+	bm := newBlockManager(blocks)
+	blockBytes := float64(m.KVBytesPerToken() * cfg.BlockSize)
+	perBlock := func(bw float64) time.Duration { return time.Duration(blockBytes / bw * float64(time.Second)) }
+	if cfg.KVOffloadGiB > 0 {
+		if p.HostLinkBandwidth <= 0 {
+			return nil, fmt.Errorf("sim: gpu %s states no host-link bandwidth, so it cannot offload", g.Name)
+		}
+		p.CPUBlocks = int(cfg.KVOffloadGiB * (1 << 30) / blockBytes)
+		if p.CPUBlocks < 1 {
+			return nil, fmt.Errorf("sim: --kv-offload-gib %g holds no block of %.0f bytes", cfg.KVOffloadGiB, blockBytes)
+		}
+		// Device-to-host writes use every rank's link at once.
+		bm.lower = append(bm.lower, newTierStore(kvevents.TierCPU, p.CPUBlocks, perBlock(perfmodel.TierBandwidth(&p, perfmodel.TierCPU))))
+	}
+	if cfg.KVDiskGiB > 0 {
+		p.DiskBandwidth = perfmodel.DiskBandwidth
+		p.DiskBlocks = int(cfg.KVDiskGiB * (1 << 30) / blockBytes)
+		if p.DiskBlocks < 1 {
+			return nil, fmt.Errorf("sim: --kv-disk-gib %g holds no block of %.0f bytes", cfg.KVDiskGiB, blockBytes)
+		}
+		bm.lower = append(bm.lower, newTierStore(kvevents.TierDisk, p.DiskBlocks, perBlock(perfmodel.DiskBandwidth)))
+	}
 	return &Core{
 		cfg:     cfg,
 		model:   m,
@@ -97,7 +120,7 @@ func newCore(cfg Config, words []uint32) (*Core, error) {
 		bs:      cfg.BlockSize,
 		maxLen:  min(m.MaxModelLen, blocks*cfg.BlockSize),
 		words:   words,
-		bm:      newBlockManager(blocks),
+		bm:      bm,
 	}, nil
 }
 
@@ -146,6 +169,10 @@ func (c *Core) Load() Load {
 		SimTime:     c.clock,
 	}
 	l.KVUsage = float64(l.UsedBlocks) / float64(l.TotalBlocks)
+	l.TierBlocks[kvevents.TierGPU], l.TierCapacity[kvevents.TierGPU] = len(c.bm.byHash), c.bm.total()
+	for _, t := range c.bm.lower {
+		l.TierBlocks[t.tier], l.TierCapacity[t.tier], l.Offloaded[t.tier] = len(t.entries), t.capacity, t.stored
+	}
 	for _, s := range c.waiting {
 		l.QueuedPrefillTokens += len(s.tokens) - s.computed
 	}
@@ -168,6 +195,7 @@ func (c *Core) CachedPrefix(hashes []uint64) int { return c.bm.prefixLen(hashes)
 // when the cache has no block to spare; the blocks inserted before stay.
 func (c *Core) InsertBlocks(parent uint64, hashes []uint64) error {
 	defer c.publish()
+	c.bm.now = c.clock
 	for _, h := range hashes {
 		if _, ok := c.bm.byHash[h]; !ok {
 			i, ok := c.bm.allocate()
@@ -196,6 +224,7 @@ func (c *Core) publish() {
 // freeBlocks releases a sequence's blocks, last first, so that the tail of
 // a prefix is evicted before its head.
 func (c *Core) freeBlocks(s *seq) {
+	c.loadDone(s)
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		c.bm.release(s.blocks[i])
 	}
@@ -338,6 +367,8 @@ func (s *seq) result() Result {
 		Preemptions:  s.preemptions,
 		Pinned:       s.pinned,
 		Gaps:         s.gaps,
+		TierTokens:   s.tierTokens,
+		Load:         s.loadTime,
 	}
 }
 

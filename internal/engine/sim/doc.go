@@ -22,6 +22,16 @@
 // engine's lock, so SnapshotBlocks sees a state consistent with the events
 // published so far.
 //
+// Tiers: with Config.KVOffloadGiB (and KVDiskGiB) a block evicted from the
+// GPU is written to host memory (and one evicted from there to disk), LRU
+// with reference counts like the GPU tier. A write queues on the
+// device-to-host link at the preset's host-link bandwidth and never blocks a
+// step; a prompt whose prefix continues in a lower tier has those blocks
+// loaded back over the host link (queued there too) before it computes the
+// rest, unless recomputing them would be faster (perfmodel.LowerTierSaving).
+// Events follow vLLM: an eviction that offloads is a GPU Removed and a CPU
+// Stored; a loaded block is a GPU Stored and keeps its lower-tier copy.
+//
 // KV payloads are not held: a block's bytes are kvpayload.Fill(hash, ...)
 // whenever a transport needs them.
 //

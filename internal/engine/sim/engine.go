@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
 )
 
 // Errors a submission can fail with; the HTTP layer maps them to 400.
@@ -42,13 +44,19 @@ type Result struct {
 	Output       []uint32
 	FinishReason string // "stop" or "length"
 	PromptTokens int
-	CachedTokens int // prompt tokens found in the prefix cache when first scheduled
-	Queue        time.Duration
-	Prefill      time.Duration // first scheduled → first token
-	TTFT         time.Duration
-	E2E          time.Duration
-	Preemptions  int
-	Pinned       *PinnedSet // non-nil only for Pin requests
+	CachedTokens int // prompt tokens found in the prefix cache when first scheduled, in any tier
+	// TierTokens splits CachedTokens by the tier they came from (GPU, CPU,
+	// disk); lower-tier tokens were loaded, not recomputed.
+	TierTokens [kvevents.NumTiers]int
+	// Load is the simulated time from first admission until the lower-tier
+	// prefix was in GPU memory (queueing on the host link included).
+	Load        time.Duration
+	Queue       time.Duration
+	Prefill     time.Duration // first scheduled → first token
+	TTFT        time.Duration
+	E2E         time.Duration
+	Preemptions int
+	Pinned      *PinnedSet // non-nil only for Pin requests
 	// Gaps are the inter-token gaps in simulated seconds, kept only by a
 	// core made with NewCore(cfg, true).
 	Gaps []float32
@@ -90,6 +98,12 @@ type Load struct {
 	UsedBlocks          int
 	TotalBlocks         int
 	SimTime             time.Duration
+	// TierBlocks and TierCapacity are the blocks held and the capacity of
+	// each tier (GPU: cached blocks of TotalBlocks); Offloaded counts the
+	// blocks ever written to each lower tier.
+	TierBlocks   [kvevents.NumTiers]int
+	TierCapacity [kvevents.NumTiers]int
+	Offloaded    [kvevents.NumTiers]int64
 }
 
 type seqState uint8
@@ -124,6 +138,14 @@ type seq struct {
 	finishedAt  time.Duration
 	pinned      *PinnedSet
 	gaps        []float32 // inter-token gaps, seconds, when the core records them
+
+	// A prefix found in lower tiers is loaded before the sequence computes:
+	// it waits in running until loadUntil, holding refs on the lower-tier
+	// copies it reads (loading, released by loadDone).
+	loadUntil  time.Duration
+	loading    []tierRef
+	loadTime   time.Duration          // first admission's load, for Result
+	tierTokens [kvevents.NumTiers]int // first admission's cached tokens by tier
 
 	// Delivery: the reader sees outputs up to visible, after the step's
 	// simulated duration has passed on the wall clock.
@@ -187,6 +209,14 @@ func (e *Engine) InsertBlocks(parent uint64, hashes []uint64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.Core.InsertBlocks(parent, hashes)
+}
+
+// SnapshotTiers calls fn with the block hashes of each tier, GPU first,
+// under the lock as SnapshotBlocks does.
+func (e *Engine) SnapshotTiers(fn func(t kvevents.Tier, hashes []uint64)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.bm.tierHashes(fn)
 }
 
 // SnapshotBlocks calls fn with every cached block hash, holding the lock

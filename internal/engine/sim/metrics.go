@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
 )
 
 // metrics are one worker's Prometheus series, on its own registry so many
@@ -23,6 +24,12 @@ type metrics struct {
 	abortedReqs   prometheus.Counter
 	pullFailures  prometheus.Counter
 	pulledBlocks  prometheus.Counter
+	// Lower tiers. vLLM counts hits of its KV connector (offloading, LMCache)
+	// as external prefix cache hits; the per-tier split is Switchyard's.
+	extQueries prometheus.Counter
+	extHits    prometheus.Counter
+	tierHits   *prometheus.CounterVec
+	tierLoaded *prometheus.CounterVec
 }
 
 func newMetrics(e *Engine) *metrics {
@@ -43,7 +50,31 @@ func newMetrics(e *Engine) *metrics {
 		return c
 	}
 	m.prefixQueries = counter("vllm:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.")
-	m.prefixHits = counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.")
+	m.prefixHits = counter("vllm:prefix_cache_hits_total", "Prompt tokens found in the GPU prefix cache.")
+	m.extQueries = counter("vllm:external_prefix_cache_queries_total", "Prompt tokens looked up in the lower KV tiers (those the GPU cache missed).")
+	m.extHits = counter("vllm:external_prefix_cache_hits_total", "Prompt tokens found in the lower KV tiers and loaded.")
+	m.tierHits = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_worker_kv_tier_hit_tokens_total",
+		Help: "Prompt tokens served from the cache, by the tier they were in.", ConstLabels: labels}, []string{"tier"})
+	f(m.tierHits)
+	m.tierLoaded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "switchyard_worker_kv_tier_loaded_bytes_total",
+		Help: "KV bytes loaded into GPU memory from a lower tier.", ConstLabels: labels}, []string{"tier"})
+	f(m.tierLoaded)
+	for t := range kvevents.NumTiers {
+		tier := kvevents.Tier(t).String()
+		m.tierHits.WithLabelValues(tier)
+		if t > 0 && t-1 < len(e.bm.lower) {
+			m.tierLoaded.WithLabelValues(tier)
+		}
+	}
+	if len(e.bm.lower) > 0 {
+		gauge("vllm:cpu_cache_usage_perc", "Fraction of the host-memory KV tier in use (0-1).", func(l Load) float64 {
+			return float64(l.TierBlocks[kvevents.TierCPU]) / float64(max(l.TierCapacity[kvevents.TierCPU], 1))
+		})
+		blocks := prometheus.NewDesc("switchyard_worker_kv_tier_blocks", "KV blocks held per tier.", []string{"tier"}, labels)
+		capacity := prometheus.NewDesc("switchyard_worker_kv_tier_capacity_blocks", "KV block capacity per tier.", []string{"tier"}, labels)
+		offloaded := prometheus.NewDesc("switchyard_worker_kv_offloaded_blocks_total", "Blocks written into a lower tier on eviction from the one above.", []string{"tier"}, labels)
+		f(tierCollector{e: e, blocks: blocks, capacity: capacity, offloaded: offloaded})
+	}
 	m.preemptions = counter("vllm:num_preemptions_total", "Sequences preempted for recompute.")
 	m.finishedReqs = counter("switchyard_worker_requests_finished_total", "Requests that finished generating.")
 	m.abortedReqs = counter("switchyard_worker_requests_aborted_total", "Requests aborted before finishing (client gone).")
@@ -71,12 +102,53 @@ func newMetrics(e *Engine) *metrics {
 // The recording methods do nothing on a nil *metrics: a virtual-time Core
 // exports none.
 
-func (m *metrics) prefixLookup(queried, hit int) {
+func (m *metrics) prefixLookup(queried int, hit [kvevents.NumTiers]int) {
 	if m == nil {
 		return
 	}
+	gpu, lower := hit[kvevents.TierGPU], hit[kvevents.TierCPU]+hit[kvevents.TierDisk]
 	m.prefixQueries.Add(float64(queried))
-	m.prefixHits.Add(float64(hit))
+	m.prefixHits.Add(float64(gpu))
+	m.extQueries.Add(float64(queried - gpu))
+	m.extHits.Add(float64(lower))
+	for t, n := range hit {
+		if n > 0 {
+			m.tierHits.WithLabelValues(kvevents.Tier(t).String()).Add(float64(n))
+		}
+	}
+}
+
+func (m *metrics) loaded(t kvevents.Tier, bytes int) {
+	if m != nil && bytes > 0 {
+		m.tierLoaded.WithLabelValues(t.String()).Add(float64(bytes))
+	}
+}
+
+// tierCollector reads the tiers' sizes at scrape time.
+type tierCollector struct {
+	e                           *Engine
+	blocks, capacity, offloaded *prometheus.Desc
+}
+
+func (c tierCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.blocks
+	ch <- c.capacity
+	ch <- c.offloaded
+}
+
+func (c tierCollector) Collect(ch chan<- prometheus.Metric) {
+	l := c.e.Load()
+	for t := range kvevents.NumTiers {
+		if l.TierCapacity[t] == 0 {
+			continue
+		}
+		tier := kvevents.Tier(t).String()
+		ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(l.TierBlocks[t]), tier)
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(l.TierCapacity[t]), tier)
+		if t > 0 {
+			ch <- prometheus.MustNewConstMetric(c.offloaded, prometheus.CounterValue, float64(l.Offloaded[t]), tier)
+		}
+	}
 }
 
 func (m *metrics) ttft(d time.Duration) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 )
@@ -24,6 +25,7 @@ type delivery struct {
 
 // stepState is reused across steps so a step allocates nothing once warm.
 type stepState struct {
+	src   []kvevents.Tier // a waiting sequence's prefix match, by block
 	batch []scheduled
 	dels  []delivery
 	out   []Delivery // Core.Advance's answer
@@ -38,11 +40,18 @@ func (e *Core) step(st *stepState) time.Duration {
 	budget := e.cfg.MaxNumBatchedTokens
 	var work perfmodel.Work
 	preempted := false
+	e.bm.now = e.clock
 
 	// Running sequences first, in arrival order: decodes take one token,
 	// unfinished prefills take what the budget leaves (chunked prefill).
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
+		if s.loadUntil > e.clock {
+			continue // its prefix is still loading from a lower tier
+		}
+		if len(s.loading) > 0 {
+			e.loadDone(s)
+		}
 		n := min(len(s.tokens)-s.computed, budget)
 		need := ceilDiv(s.computed+n, e.bs) - len(s.blocks)
 		for need > e.bm.available() && len(e.running) > i {
@@ -69,17 +78,60 @@ func (e *Core) step(st *stepState) time.Duration {
 	for !preempted && budget > 0 && len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs {
 		s := e.waiting[0]
 		e.extendHashes(s)
-		hit := e.bm.prefixLen(s.hashes)
+		st.src = e.bm.match(s.hashes, st.src)
+		hit, tiers := e.worthLoading(st.src, len(s.tokens))
 		if hit*e.bs == len(s.tokens) {
 			hit-- // the last token must run to produce logits
+			tiers[st.src[hit]]--
 		}
+		src := st.src[:hit]
+		lower := hit - tiers[kvevents.TierGPU]
 		n := min(len(s.tokens)-hit*e.bs, budget)
 		need := ceilDiv(hit*e.bs+n, e.bs) - hit
-		if need > e.bm.available()-e.bm.evictableAmong(s.hashes[:hit]) {
+		if need+lower > e.bm.available()-e.bm.evictableGPU(s.hashes[:hit], src) {
 			break // wait for blocks to free up
 		}
-		for _, h := range s.hashes[:hit] {
-			s.blocks = append(s.blocks, e.bm.acquireCached(h))
+		// Pin the lower-tier copies and take the GPU-cached blocks before
+		// allocating: allocation evicts and offloads, which must touch
+		// neither.
+		ready := e.clock
+		for i, h := range s.hashes[:hit] {
+			if src[i] != kvevents.TierGPU {
+				t := e.bm.lowerTier(src[i])
+				t.ref(h)
+				t.hits++
+				ready = max(ready, t.entries[h].readyAt)
+				s.loading = append(s.loading, tierRef{t, h})
+			}
+		}
+		for i, h := range s.hashes[:hit] {
+			b := int32(noBlock)
+			if src[i] == kvevents.TierGPU {
+				b = e.bm.acquireCached(h)
+			}
+			s.blocks = append(s.blocks, b)
+		}
+		for i := range src {
+			if src[i] != kvevents.TierGPU {
+				s.blocks[i], _ = e.bm.allocate()
+			}
+		}
+		for i := range src {
+			if src[i] != kvevents.TierGPU {
+				// Cached on admission, as computed blocks are on their
+				// step: a request that hits them meanwhile is spared a
+				// load it would have queued behind this one's anyway.
+				e.bm.commit(s.blocks[i], e.parentOf(s, i), s.hashes[i])
+			}
+		}
+		s.loadUntil = 0
+		if lower > 0 {
+			cpu, disk := tiers[kvevents.TierCPU]*e.bs, tiers[kvevents.TierDisk]*e.bs
+			s.loadUntil = max(e.bm.loadFree, ready) + perfmodel.LoadTime(&e.profile, perfmodel.TierCPU, cpu) +
+				perfmodel.LoadTime(&e.profile, perfmodel.TierDisk, disk)
+			e.bm.loadFree = s.loadUntil
+			e.metrics.loaded(kvevents.TierCPU, cpu*e.KVBytesPerToken())
+			e.metrics.loaded(kvevents.TierDisk, disk*e.KVBytesPerToken())
 		}
 		for range need {
 			b, _ := e.bm.allocate()
@@ -89,12 +141,21 @@ func (e *Core) step(st *stepState) time.Duration {
 		if !s.everRun {
 			s.everRun = true
 			s.cached = hit * e.bs
+			for t := range tiers {
+				s.tierTokens[t] = tiers[t] * e.bs
+			}
+			if lower > 0 {
+				s.loadTime = s.loadUntil - e.clock
+			}
 			s.scheduled = e.clock
-			e.metrics.prefixLookup(s.promptLen, s.cached)
+			e.metrics.prefixLookup(s.promptLen, s.tierTokens)
 		}
 		e.waiting = e.waiting[1:]
 		s.state = stateRunning
 		e.running = append(e.running, s)
+		if s.loadUntil > e.clock {
+			continue // computes once its prefix is loaded
+		}
 		st.batch = append(st.batch, scheduled{s, n})
 		work.Add(n, s.computed)
 		budget -= n
@@ -102,6 +163,12 @@ func (e *Core) step(st *stepState) time.Duration {
 
 	if len(st.batch) == 0 {
 		e.publish() // preemption alone can evict nothing, but keep it tidy
+		if next := e.nextLoad(); next > e.clock {
+			// Nothing to compute until a load lands: the step is the wait.
+			dt := next - e.clock
+			e.clock = next
+			return dt
+		}
 		return 0
 	}
 	dt := perfmodel.StepTime(&e.profile, work)
