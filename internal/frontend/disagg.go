@@ -24,6 +24,10 @@ func (s *Server) remotePrefill(ctx context.Context, ep endpoint, pr *parsedReque
 		"max_tokens":            json.RawMessage("1"),
 		"max_completion_tokens": nil,
 		"stream_options":        nil,
+		// One prefill serves every choice the decode worker samples, and
+		// min_tokens above the prefill's one token would be refused.
+		"n":          nil,
+		"min_tokens": nil,
 	})
 	if err != nil {
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -76,12 +75,8 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			field := te.Field
-			// openai.Prompt names itself, and the decoder prefixes the path: "prompt.prompt".
-			if a, b, ok := strings.Cut(field, "."); ok && a == b {
-				field = a
-			}
-			return nil, badRequest(field, "frontend: field %q has the wrong type (got %s)", field, te.Value)
+			field, msg := openai.TypeError(te)
+			return nil, badRequest(field, "frontend: %s", msg)
 		}
 		return nil, badRequest("", "frontend: request body is not valid JSON: %v", err)
 	}
@@ -110,6 +105,9 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	}
 	if req.TopP != nil && (*req.TopP <= 0 || *req.TopP > 1) {
 		return nil, badRequest("top_p", "frontend: top_p must be in (0, 1], got %v", *req.TopP)
+	}
+	if fe := req.CheckParams(ep.chat); fe != nil {
+		return nil, badRequest(fe.Param, "frontend: %s", fe.Msg)
 	}
 	if req.StreamOptions != nil && !req.Stream {
 		return nil, badRequest("stream_options", "frontend: stream_options is only allowed with stream: true")

@@ -136,29 +136,49 @@ func truncate(b []byte, n int) []byte {
 }
 
 // CompletionRequest is the body of POST /v1/completions and, with Messages
-// set instead of Prompt, of POST /v1/chat/completions. Fields the project
-// does not model are ignored on decode.
+// set instead of Prompt, of POST /v1/chat/completions. It names every field
+// of the OpenAI API and vLLM's common extensions, so that decoding checks
+// their types and CheckParams their ranges; the frontend forwards the body
+// itself, untouched, so fields not named here still reach the engine.
 type CompletionRequest struct {
-	Model         string          `json:"model"`
-	Prompt        *Prompt         `json:"prompt,omitempty"`
-	Messages      []Message       `json:"messages,omitempty"`
-	MaxTokens     *int            `json:"max_tokens,omitempty"`
-	MaxCompletion *int            `json:"max_completion_tokens,omitempty"`
-	Stream        bool            `json:"stream,omitempty"`
-	StreamOptions *StreamOptions  `json:"stream_options,omitempty"`
-	Temperature   *float64        `json:"temperature,omitempty"`
-	TopP          *float64        `json:"top_p,omitempty"`
-	Seed          *int64          `json:"seed,omitempty"`
-	Stop          json.RawMessage `json:"stop,omitempty"`
-	User          string          `json:"user,omitempty"`
-	N             *int            `json:"n,omitempty"`
+	Model         string         `json:"model"`
+	Prompt        *Prompt        `json:"prompt,omitempty"`
+	Messages      []Message      `json:"messages,omitempty"`
+	MaxTokens     *int           `json:"max_tokens,omitempty"`
+	MaxCompletion *int           `json:"max_completion_tokens,omitempty"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
+	Temperature   *float64       `json:"temperature,omitempty"`
+	TopP          *float64       `json:"top_p,omitempty"`
+	Seed          *int64         `json:"seed,omitempty"`
+	Stop          Stop           `json:"stop,omitempty"`
+	User          string         `json:"user,omitempty"`
+	N             *int           `json:"n,omitempty"`
+
+	// Generation controls checked by CheckParams; Logprobs is a bool in
+	// chat requests and an integer in completions requests.
+	Logprobs         json.RawMessage    `json:"logprobs,omitempty"`
+	TopLogprobs      *int               `json:"top_logprobs,omitempty"`
+	PresencePenalty  *float64           `json:"presence_penalty,omitempty"`
+	FrequencyPenalty *float64           `json:"frequency_penalty,omitempty"`
+	LogitBias        map[string]float64 `json:"logit_bias,omitempty"`
+	ResponseFormat   json.RawMessage    `json:"response_format,omitempty"`
+	Tools            json.RawMessage    `json:"tools,omitempty"`
+	ToolChoice       json.RawMessage    `json:"tool_choice,omitempty"`
+	ParallelTools    *bool              `json:"parallel_tool_calls,omitempty"`
+	Echo             *bool              `json:"echo,omitempty"`
+	Suffix           *string            `json:"suffix,omitempty"`
+	BestOf           *int               `json:"best_of,omitempty"`
 
 	// vLLM extensions.
-	CacheSalt        string         `json:"cache_salt,omitempty"`
-	KVTransferParams map[string]any `json:"kv_transfer_params,omitempty"`
-	Priority         *int           `json:"priority,omitempty"`
-	MinTokens        *int           `json:"min_tokens,omitempty"`
-	IgnoreEOS        bool           `json:"ignore_eos,omitempty"`
+	CacheSalt         string         `json:"cache_salt,omitempty"`
+	KVTransferParams  map[string]any `json:"kv_transfer_params,omitempty"`
+	Priority          *int           `json:"priority,omitempty"`
+	MinTokens         *int           `json:"min_tokens,omitempty"`
+	IgnoreEOS         bool           `json:"ignore_eos,omitempty"`
+	TopK              *int           `json:"top_k,omitempty"`
+	MinP              *float64       `json:"min_p,omitempty"`
+	RepetitionPenalty *float64       `json:"repetition_penalty,omitempty"`
 }
 
 // PromptTokensDetails is usage.prompt_tokens_details.

@@ -59,6 +59,12 @@ func TestOpenAIClient(t *testing.T) {
 		} `json:"completionStream"`
 		BadRequest apiErr `json:"badRequest"`
 		BadModel   apiErr `json:"badModel"`
+		Stop       struct {
+			Word, Text, Finish string
+		} `json:"stop"`
+		N       []string `json:"n"`
+		Tools   apiErr   `json:"tools"`
+		BadStop apiErr   `json:"badStop"`
 	}
 	node(t, "basic", url, nil, &out)
 
@@ -90,6 +96,20 @@ func TestOpenAIClient(t *testing.T) {
 	}
 	if out.BadModel.Status != 404 {
 		t.Errorf("unknown model gave %+v, want 404", out.BadModel)
+	}
+	// OpenAI fields: stop is honoured, n gives n choices, what the simulator
+	// cannot do is refused by name, and a mistyped field is a 400.
+	if i := strings.Index(out.Chat.Text, out.Stop.Word); out.Stop.Word == "" || i < 0 || out.Stop.Text != out.Chat.Text[:i] || out.Stop.Finish != "stop" {
+		t.Errorf("stop %q on %q gave %q (%s), want the text before it and finish stop", out.Stop.Word, out.Chat.Text, out.Stop.Text, out.Stop.Finish)
+	}
+	if len(out.N) != 2 || out.N[0] == out.N[1] {
+		t.Errorf("n=2 gave %q, want two different choices", out.N)
+	}
+	if out.Tools.Status != 400 || !strings.Contains(out.Tools.Message, `the simulated engine does not support "tools"`) {
+		t.Errorf("tools gave %+v, want 400 saying the simulated engine does not support tools", out.Tools)
+	}
+	if out.BadStop.Status != 400 || !strings.Contains(out.BadStop.Message, "stop") {
+		t.Errorf("stop: 123 gave %+v, want 400 naming stop", out.BadStop)
 	}
 }
 

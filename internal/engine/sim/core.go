@@ -266,6 +266,9 @@ func (c *Core) newSeq(req Request) (*seq, error) {
 	} else {
 		genSeed = kvindex.HashBlock(uint64(c.cfg.Seed), req.Tokens)
 	}
+	if req.Choice > 0 {
+		genSeed = splitmix64(genSeed ^ uint64(req.Choice))
+	}
 	if limit <= 0 {
 		limit, finish = max(naturalLength(genSeed), req.MinTokens), "stop"
 		if req.IgnoreEOS {

@@ -31,6 +31,14 @@ type Request struct {
 	MinTokens int    // the natural stop comes no earlier than this
 	IgnoreEOS bool   // no natural stop: without MaxTokens, run to the model length
 	Seed      *int64 // generation seed; nil derives it from the prompt
+	// Choice numbers the sibling requests of one n > 1 request; each
+	// choice > 0 generates its own text from the same seed.
+	Choice int
+	// Stop, if set, is called with the output so far after each token from
+	// MinTokens on; true finishes the request with "stop" (a matched stop
+	// sequence). It runs on the engine's goroutine with its lock held, so
+	// it must be quick and must not call into the engine.
+	Stop func(output []uint32) bool
 	// Pin keeps the prompt's full blocks referenced after the request
 	// finishes (prefill role); Result.Pinned then releases them.
 	Pin bool

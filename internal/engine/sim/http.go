@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -94,7 +95,15 @@ func badRequest(param, format string, args ...any) *apiError {
 func DecodeRequest(body []byte) (*openai.CompletionRequest, error) {
 	var req openai.CompletionRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
+	// A field the engine does not know would otherwise be dropped silently.
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			if f, uerr := strconv.Unquote(name); uerr == nil {
+				name = f
+			}
+			return nil, notSupported(name, "it is not a field this engine knows")
+		}
 		var pe *openai.ContentPartError
 		if errors.As(err, &pe) {
 			return nil, badRequest("messages", "message content part type %q is not supported; send text parts only", pe.Type)
@@ -105,8 +114,8 @@ func DecodeRequest(body []byte) (*openai.CompletionRequest, error) {
 		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			field := te.Field
-			return nil, badRequest(field, "field %q has the wrong type: %s is not %s", field, te.Value, te.Type)
+			field, msg := openai.TypeError(te)
+			return nil, badRequest(field, "%s", msg)
 		}
 		return nil, badRequest("", "malformed JSON body: %v", err)
 	}
@@ -121,6 +130,7 @@ type genRequest struct {
 	req        *openai.CompletionRequest
 	tokens     []uint32
 	maxTokens  int // 0: natural stop
+	n          int // choices
 	remoteDec  bool
 	remotePref bool
 }
@@ -181,8 +191,15 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 	if req.TopP != nil && (*req.TopP <= 0 || *req.TopP > 1) {
 		return nil, badRequest("top_p", "top_p must be in (0, 1], got %v", *req.TopP)
 	}
-	if req.N != nil && *req.N != 1 {
-		return nil, badRequest("n", "n must be 1 on this worker")
+	if fe := req.CheckParams(chat); fe != nil {
+		return nil, badRequest(fe.Param, "%s", fe.Msg)
+	}
+	if aerr := unsupported(req); aerr != nil {
+		return nil, aerr
+	}
+	g.n = 1
+	if req.N != nil {
+		g.n = *req.N
 	}
 	if req.StreamOptions != nil && !req.Stream {
 		return nil, badRequest("stream_options", "stream_options is only allowed when stream is true")
@@ -194,6 +211,9 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 		}
 		if req.Stream {
 			return nil, badRequest("stream", "a prefill request (do_remote_decode) must not stream")
+		}
+		if g.n > 1 {
+			return nil, badRequest("n", "a prefill request (do_remote_decode) serves one decode; n must be 1")
 		}
 	}
 	if v, ok := req.KVTransferParams["do_remote_prefill"].(bool); ok && v {
@@ -238,12 +258,28 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		rw.Header().Set(HeaderKVPulledBytes, strconv.FormatInt(n, 10))
 		rw.Header().Set(HeaderKVPullMS, msString(d))
 	}
-	st, err := w.Submit(Request{ID: reqID, Tokens: g.tokens, Salt: req.CacheSalt, MaxTokens: g.maxTokens, MinTokens: deref(req.MinTokens), IgnoreEOS: req.IgnoreEOS, Seed: req.Seed, Pin: g.remoteDec})
-	if err != nil {
-		writeErr(rw, engineError(err))
-		return
+	choices := make([]*choice, g.n)
+	for i := range choices {
+		c := &choice{}
+		r := Request{ID: reqID, Tokens: g.tokens, Salt: req.CacheSalt, MaxTokens: g.maxTokens, MinTokens: deref(req.MinTokens),
+			IgnoreEOS: req.IgnoreEOS, Seed: req.Seed, Pin: g.remoteDec, Choice: i}
+		if i > 0 {
+			r.ID = fmt.Sprintf("%s.%d", reqID, i)
+		}
+		if len(req.Stop) > 0 {
+			c.stop = newStopMatcher(w.tok, req.Stop)
+			r.Stop = c.stop.feed
+		}
+		st, err := w.Submit(r)
+		if err != nil {
+			writeErr(rw, engineError(err))
+			return
+		}
+		defer st.Close()
+		c.st = st
+		choices[i] = c
 	}
-	defer st.Close()
+	st := choices[0].st
 	// A prefill for remote decode pins its blocks when it finishes; if the
 	// client goes away before they are handed to a lease, nothing else will
 	// ever release them.
@@ -256,19 +292,22 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		}()
 	}
 	if req.Stream {
-		w.stream(ctx, rw, st, reqID, chat, req)
+		w.stream(ctx, rw, choices, reqID, chat, req)
 		return
 	}
-	for {
-		_, done, err := st.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				writeErr(rw, engineError(err))
+	for _, c := range choices {
+		for {
+			toks, done, err := c.st.Next(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					writeErr(rw, engineError(err))
+				}
+				return // the client is gone; Close frees the blocks
 			}
-			return // the client is gone; Close frees the blocks
-		}
-		if done {
-			break
+			c.text = append(c.text, w.tok.Decode(toks)...)
+			if done {
+				break
+			}
 		}
 	}
 	res := st.Result()
@@ -280,27 +319,39 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 			return
 		}
 	}
+	results := make([]Result, len(choices))
+	e2e := res.E2E
+	for i, c := range choices {
+		results[i] = c.st.Result()
+		e2e = max(e2e, results[i].E2E)
+	}
 	h := rw.Header()
 	h.Set(HeaderTTFT, msString(res.TTFT))
 	h.Set(HeaderQueue, msString(res.Queue))
 	h.Set(HeaderPrefill, msString(res.Prefill))
-	h.Set(HeaderE2E, msString(res.E2E))
+	h.Set(HeaderE2E, msString(e2e))
 	h.Set(HeaderCached, strconv.Itoa(res.CachedTokens))
-	usage := usageOf(res)
-	text := w.tok.Decode(res.Output)
+	usage := usageOf(results)
 	created := time.Now().Unix()
 	if chat {
+		out := make([]openai.ChatChoice, len(choices))
+		for i, c := range choices {
+			out[i] = openai.ChatChoice{Index: i, Message: openai.Message{Role: "assistant", Content: string(c.final())},
+				FinishReason: openai.StringPtr(results[i].FinishReason)}
+		}
 		openai.WriteJSON(rw, openai.ChatResponse{
 			ID: "chatcmpl-" + reqID, Object: "chat.completion", Created: created, Model: w.cfg.Model,
-			Choices: []openai.ChatChoice{{Message: openai.Message{Role: "assistant", Content: text}, FinishReason: openai.StringPtr(res.FinishReason)}},
-			Usage:   usage, KVTransferParams: kvp,
+			Choices: out, Usage: usage, KVTransferParams: kvp,
 		})
 		return
 	}
+	out := make([]openai.CompletionChoice, len(choices))
+	for i, c := range choices {
+		out[i] = openai.CompletionChoice{Index: i, Text: string(c.final()), FinishReason: openai.StringPtr(results[i].FinishReason)}
+	}
 	openai.WriteJSON(rw, openai.CompletionResponse{
 		ID: "cmpl-" + reqID, Object: "text_completion", Created: created, Model: w.cfg.Model,
-		Choices: []openai.CompletionChoice{{Text: text, FinishReason: openai.StringPtr(res.FinishReason)}},
-		Usage:   usage, KVTransferParams: kvp,
+		Choices: out, Usage: usage, KVTransferParams: kvp,
 	})
 }
 
@@ -374,7 +425,7 @@ func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) (i
 	return int64(len(got)) * int64(w.BlockBytes()), took
 }
 
-func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, st *Stream, reqID string, chat bool, req *openai.CompletionRequest) {
+func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*choice, reqID string, chat bool, req *openai.CompletionRequest) {
 	sse := openai.NewSSEWriter(rw)
 	rw.WriteHeader(http.StatusOK)
 	created := time.Now().Unix()
@@ -382,14 +433,14 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, st *Stream,
 	if chat {
 		id = "chatcmpl-" + reqID
 	}
-	chunk := func(text string, role string, finish *string) error {
+	chunk := func(index int, text string, role string, finish *string) error {
 		if chat {
 			d := openai.Delta{Role: role}
 			if role == "" && finish == nil {
 				d.Content = &text
 			}
 			return sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: w.cfg.Model,
-				Choices: []openai.ChatChunkChoice{{Delta: d, FinishReason: finish}}})
+				Choices: []openai.ChatChunkChoice{{Index: index, Delta: d, FinishReason: finish}}})
 		}
 		return sse.Event(struct {
 			ID      string                    `json:"id"`
@@ -398,34 +449,48 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, st *Stream,
 			Model   string                    `json:"model"`
 			Choices []openai.CompletionChoice `json:"choices"`
 			Usage   *openai.Usage             `json:"usage"`
-		}{id, "text_completion", created, w.cfg.Model, []openai.CompletionChoice{{Text: text, FinishReason: finish}}, nil})
+		}{id, "text_completion", created, w.cfg.Model, []openai.CompletionChoice{{Index: index, Text: text, FinishReason: finish}}, nil})
 	}
 	if chat {
-		if chunk("", "assistant", nil) != nil {
-			return
-		}
-	}
-	for {
-		toks, done, err := st.Next(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				_ = sse.Error(http.StatusServiceUnavailable, openai.TypeUnavailable, err.Error())
+		for i := range choices {
+			if chunk(i, "", "assistant", nil) != nil {
+				return
 			}
-			return
-		}
-		if len(toks) > 0 && chunk(w.tok.Decode(toks), "", nil) != nil {
-			return // client gone: Close aborts the request
-		}
-		if done {
-			break
 		}
 	}
-	res := st.Result()
-	if chunk("", "", openai.StringPtr(res.FinishReason)) != nil {
-		return
+	// Choices advance in lockstep (one token per engine step each), so
+	// reading them in turn delays none by more than a step.
+	for active := len(choices); active > 0; {
+		for i, c := range choices {
+			if c.done {
+				continue
+			}
+			toks, done, err := c.st.Next(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					_ = sse.Error(http.StatusServiceUnavailable, openai.TypeUnavailable, err.Error())
+				}
+				return
+			}
+			c.text = append(c.text, w.tok.Decode(toks)...)
+			if text := c.ready(done); len(text) > 0 && chunk(i, string(text), "", nil) != nil {
+				return // client gone: Close aborts the request
+			}
+			if done {
+				c.done = true
+				active--
+				if chunk(i, "", "", openai.StringPtr(c.st.Result().FinishReason)) != nil {
+					return
+				}
+			}
+		}
 	}
 	if req.StreamOptions != nil && req.StreamOptions.IncludeUsage {
-		u := usageOf(res)
+		results := make([]Result, len(choices))
+		for i, c := range choices {
+			results[i] = c.st.Result()
+		}
+		u := usageOf(results)
 		var err error
 		if chat {
 			err = sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: w.cfg.Model, Choices: []openai.ChatChunkChoice{}, Usage: u})
@@ -439,12 +504,18 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, st *Stream,
 	_ = sse.Done()
 }
 
-func usageOf(res Result) *openai.Usage {
+// usageOf accounts the choices of one request: the prompt once (as vLLM
+// does for n > 1), the completions of every choice.
+func usageOf(res []Result) *openai.Usage {
+	completion := 0
+	for _, r := range res {
+		completion += len(r.Output)
+	}
 	return &openai.Usage{
-		PromptTokens:        res.PromptTokens,
-		CompletionTokens:    len(res.Output),
-		TotalTokens:         res.PromptTokens + len(res.Output),
-		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: res.CachedTokens},
+		PromptTokens:        res[0].PromptTokens,
+		CompletionTokens:    completion,
+		TotalTokens:         res[0].PromptTokens + completion,
+		PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: res[0].CachedTokens},
 	}
 }
 

@@ -197,6 +197,9 @@ func (e *Core) step(st *stepState) time.Duration {
 		}
 		s.lastToken = e.clock
 		done := s.outputs() >= s.limit
+		if s.req.Stop != nil && s.outputs() >= s.req.MinTokens && s.req.Stop(s.tokens[s.promptLen:]) {
+			done, s.finish = true, "stop" // a stop sequence wins over length, as in vLLM
+		}
 		if done {
 			e.finish(s)
 		}

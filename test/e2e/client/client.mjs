@@ -66,6 +66,22 @@ async function basic() {
   }
   out.completionStream = { text, usage };
 
+  // stop: a word from the middle of the chat answer above (same prompt, so
+  // the same text) must end the answer before it, with finish "stop".
+  const stopWord = out.chat.text.trim().split(" ").find((w, i, a) => i >= a.length / 2 && w.length >= 4);
+  const stopped = await client.chat.completions.create({ model, messages: [{ role: "user", content: prompt }], max_tokens: 12, stop: [stopWord] });
+  out.stop = { word: stopWord, text: stopped.choices[0].message.content, finish: stopped.choices[0].finish_reason };
+  const two = await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4, n: 2 });
+  out.n = two.choices.map((c) => c.message.content);
+  try {
+    await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4,
+      tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }] });
+    out.tools = { status: 200 };
+  } catch (e) { out.tools = { ...errInfo(e), param: e?.param ?? e?.error?.param ?? null }; }
+  try {
+    await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4, stop: 123 });
+    out.badStop = { status: 200 };
+  } catch (e) { out.badStop = { ...errInfo(e), param: e?.param ?? e?.error?.param ?? null }; }
   try {
     await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: -5 });
     out.badRequest = { status: 200 };
