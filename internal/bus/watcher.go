@@ -51,6 +51,10 @@ type Change struct {
 	Kind   ChangeKind
 	Worker WorkerInfo
 	Reason string // why a worker was removed or refused
+	// Deregistered: a WorkerRemoved because the worker deleted its own
+	// entry (a clean shutdown, which drains its requests), not because the
+	// entry expired or was purged.
+	Deregistered bool
 }
 
 // RefusedWorker is a registered worker kept out of routing.
@@ -318,7 +322,7 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 			reason = "entry purged (expired or removed by an operator)"
 		}
 		w.log.Warn("worker left the registry", "worker", key, "reason", reason)
-		return append(changes, Change{Kind: WorkerRemoved, Worker: old.info, Reason: reason})
+		return append(changes, Change{Kind: WorkerRemoved, Worker: old.info, Reason: reason, Deregistered: e.Operation() == jetstream.KeyValueDelete})
 	}
 	if old != nil && bytes.Equal(old.raw, e.Value()) {
 		old.lastSeen = seen // a heartbeat

@@ -97,7 +97,8 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.StringVar(&c.APIKey, "api-key", "", "require this bearer token on /v1/* (default: $"+envAPIKey+"; prefer the variable: a flag shows in ps)")
 	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* and /health's worker addresses (default: $"+envAdminKey+"; without one, admin is loopback-only: the API key never grants it)")
 	fs.StringVar(&c.WorkerKey, "worker-key", "", "bearer token sent to workers' admin and probe endpoints; must match the workers' --worker-key (default: $"+envWorkerKey+")")
-	fs.DurationVar(&c.HeaderTimeout, "header-timeout", 60*time.Second, "streaming requests: longest wait for a worker's response headers (never retried after it)")
+	fs.DurationVar(&c.HeaderTimeout, "header-timeout", 60*time.Second, "longest wait for a worker's first byte (streaming), or for a non-streaming answer from a worker that fails a liveness check; a timeout is never retried and ejects the worker")
+	fs.IntVar(&c.EjectAfter, "eject-after", 2, "consecutive connect failures that eject a worker from routing until a health probe answers (one timeout ejects at once)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Minute, "longest upstream exchange; also bounds a non-streaming generation")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted; larger gets 413")
 	fs.DurationVar(&c.SilenceAfter, "kv-silence-after", 0, "mark a worker's KV events silent after this long without a batch (0: 2.5 s)")
@@ -146,6 +147,8 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 		return fmt.Errorf("--header-timeout %v must be positive", c.HeaderTimeout)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("--request-timeout %v must be positive", c.RequestTimeout)
+	case c.EjectAfter <= 0:
+		return fmt.Errorf("--eject-after %d must be positive", c.EjectAfter)
 	case c.MaxBodyBytes <= 0:
 		return fmt.Errorf("--max-body-bytes %d must be positive", c.MaxBodyBytes)
 	}

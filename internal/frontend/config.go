@@ -40,6 +40,13 @@ type Config struct {
 	// included, and so a non-streaming generation. Default 10 min.
 	RequestTimeout time.Duration
 
+	// EjectAfter is how many consecutive connect failures eject a worker
+	// from routing; one timeout ejects it at once. Default 2.
+	EjectAfter int
+	// EjectProbeEvery is the wait before the first health probe of an
+	// ejected worker; later probes back off to 8 times it. Default 1 s.
+	EjectProbeEvery time.Duration
+
 	// DisaggMode is the initial disaggregation mode: never, always or auto
 	// (default); always and auto both ask the gate, passing the mode in
 	// GateInput. PUT /admin/disagg and Server.SetDisaggMode switch it.
@@ -77,6 +84,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Minute
+	}
+	if c.EjectAfter == 0 {
+		c.EjectAfter = 2
+	}
+	if c.EjectProbeEvery == 0 {
+		c.EjectProbeEvery = time.Second
+	}
+	if c.EjectAfter < 0 || c.EjectProbeEvery < 0 {
+		return fmt.Errorf("frontend: config: eject after %d failures, probe every %v: both must be positive", c.EjectAfter, c.EjectProbeEvery)
 	}
 	switch c.DisaggMode {
 	case "":

@@ -122,11 +122,30 @@
 // data: [DONE]; a non-streaming request gets an OpenAI-shaped 502.
 //
 // Every upstream call is bounded by a connect timeout, an idle-between-chunks
-// timeout and an overall request timeout (RequestTimeout); a streaming
-// request's wait for response headers is also bounded by HeaderTimeout. A
-// non-streaming request's is not: its worker sends headers only when the
-// whole generation is done, which RequestTimeout bounds. The client's
-// disconnect cancels the upstream request.
+// timeout and an overall request timeout (RequestTimeout). A streaming
+// request's wait for response headers is bounded by HeaderTimeout. A
+// non-streaming worker sends headers only when the whole generation is done,
+// so a fixed deadline would cut long generations: instead a watchdog checks
+// the worker's liveness (GET /health, any status below 500 within the
+// connect timeout) so that the check ends by HeaderTimeout, and gives the
+// request up (504, kind timeout) only when the worker does not answer it.
+// The client's disconnect cancels the upstream request.
+//
+// # Outlier ejection
+//
+// Workers are judged by the requests sent to them. After EjectAfter
+// (default 2) consecutive connect failures, or one timeout, a worker is
+// ejected: no new request is routed to it (unless every candidate is
+// ejected) and /health shows it with ejected and eject_cause. A probe of
+// GET /health after EjectProbeEvery (1 s, backing off to 8 s) brings it
+// back. switchyard_worker_ejections_total counts ejections.
+//
+// When a worker leaves the registry without deregistering (its entry
+// expired: dead, frozen or partitioned), the node calls CancelWorker: its
+// requests in flight are cancelled, retried on another worker if nothing
+// was relayed yet, else ended with an error event (kind worker_gone). A
+// worker that deregisters itself is shutting down cleanly and drains its
+// requests, so they are left alone.
 //
 // # Metrics
 //

@@ -130,6 +130,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		if len(serving) == 0 {
 			return s.unavailable(workers)
 		}
+		serving = s.routable(serving)
 		var aerr *apiError
 		if rt, aerr = s.plan(ctx, pr, reqID, workers, serving); aerr != nil {
 			return aerr
@@ -295,6 +296,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	if len(prefills) == 0 {
 		return rt, nil
 	}
+	prefills = s.routable(prefills)
 	pdec, err := s.pick(ctx, pr, reqID, prefills)
 	if err != nil {
 		// No usable prefill worker: prefill locally, and say so.

@@ -34,13 +34,17 @@ type Health struct {
 
 // WorkerHealth is one worker in /health.
 type WorkerHealth struct {
-	ID       string       `json:"id"`
-	Role     string       `json:"role"`
-	Model    string       `json:"model"`
-	URL      string       `json:"url,omitempty"` // admin only
-	InFlight int64        `json:"inflight"`      // requests this frontend has open on it
-	Load     Load         `json:"load"`
-	Events   *EventStatus `json:"events"`
+	ID    string `json:"id"`
+	Role  string `json:"role"`
+	Model string `json:"model"`
+	URL   string `json:"url,omitempty"` // admin only
+	// Ejected: the frontend stopped routing to the worker after connect
+	// failures or a timeout, and probes it; EjectCause is the last failure.
+	Ejected    bool         `json:"ejected,omitempty"`
+	EjectCause string       `json:"eject_cause,omitempty"`
+	InFlight   int64        `json:"inflight"` // requests this frontend has open on it
+	Load       Load         `json:"load"`
+	Events     *EventStatus `json:"events"`
 
 	BlockSize       int    `json:"block_size,omitempty"`
 	KVBytesPerToken int64  `json:"kv_bytes_per_token,omitempty"`
@@ -87,6 +91,9 @@ func (s *Server) Health() Health {
 			}
 		}
 		wh.Events = &st
+		if wh.Ejected, wh.EjectCause = s.ejection(wk.ID); wh.Ejected {
+			unhealthy = append(unhealthy, fmt.Sprintf("%s ejected: %s", wk.ID, wh.EjectCause))
+		}
 		if st.State != StateHealthy {
 			unhealthy = append(unhealthy, fmt.Sprintf("%s events %s", wk.ID, st.State))
 		}

@@ -22,6 +22,7 @@ const (
 	errKindPrefill        = "prefill_failed"
 	errKindProbe          = "probe_failed"
 	errKindPredict        = "predict_failed"
+	errKindWorkerGone     = "worker_gone" // the worker left the registry with the request in flight
 )
 
 // metrics are every collector the frontend defines. Router, event and gate
@@ -36,6 +37,8 @@ type metrics struct {
 	errors     *prometheus.CounterVec // kind
 	retries    prometheus.Counter
 	fallbacks  prometheus.Counter
+	ejections  prometheus.Counter
+	cancelled  prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -84,8 +87,16 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "switchyard_prefill_fallbacks_total",
 			Help: "Remote prefills that failed and fell back to local prefill on the decode worker.",
 		}),
+		ejections: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_worker_ejections_total",
+			Help: "Workers ejected from routing after consecutive connect failures or a timeout (probed back in).",
+		}),
+		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_worker_gone_cancels_total",
+			Help: "Requests in flight cancelled because their worker left the registry without deregistering.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("frontend: register metrics: %w", err)
 		}

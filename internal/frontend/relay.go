@@ -64,6 +64,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
 	var idleFired, headerFired atomic.Bool
+	var wdErr atomic.Value // why the watchdog gave up on the worker
 	idle := time.AfterFunc(s.cfg.IdleTimeout, func() { idleFired.Store(true); acancel() })
 	idle.Stop() // armed once headers arrive
 	defer idle.Stop()
@@ -76,16 +77,36 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	ctr := s.inflightCounter(wk.ID)
 	ctr.Add(1)
 	defer ctr.Add(-1)
+	tr, untrack := s.track(wk.ID, acancel)
+	defer untrack()
 
 	// classify names a failure; retry applies only if no timeout caused it.
+	// Connect failures and timeouts count towards the worker's ejection.
 	classify := func(err error, kind string, retry bool) *upstreamError {
 		ue := &upstreamError{worker: wk.ID, kind: kind, retry: retry, err: err}
+		defer func() {
+			switch {
+			case ue.clientGone || ue.kind == errKindWorkerGone:
+			case ue.kind == errKindUpstreamConn:
+				s.noteFailure(wk, false, ue.err)
+			case ue.kind == errKindTimeout || ue.kind == errKindUpstreamIdle:
+				s.noteFailure(wk, true, ue.err)
+			}
+		}()
 		switch {
 		case r.Context().Err() != nil:
 			ue.clientGone, ue.retry = true, false
+		case tr.gone.Load():
+			// Its answer could never reach the client: another worker may
+			// run the request if nothing was relayed yet.
+			ue.kind, ue.retry = errKindWorkerGone, true
+			ue.err = fmt.Errorf("left the registry (%v): %w", tr.cause.Load(), err)
 		case idleFired.Load():
 			ue.kind, ue.retry = errKindUpstreamIdle, false
 			ue.err = fmt.Errorf("no data for %v: %w", s.cfg.IdleTimeout, err)
+		case headerFired.Load() && !pr.req.Stream:
+			ue.kind, ue.retry = errKindTimeout, false
+			ue.err = fmt.Errorf("no answer within %v and the worker fails its liveness check (%v): %w", s.cfg.HeaderTimeout, wdErr.Load(), err)
 		case headerFired.Load():
 			ue.kind, ue.retry = errKindTimeout, false
 			ue.err = fmt.Errorf("no response headers within %v: %w", s.cfg.HeaderTimeout, err)
@@ -103,12 +124,15 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(headerRequestID, reqID)
 	var hdr *time.Timer
+	var wd *watchdog
 	if pr.req.Stream {
 		hdr = time.AfterFunc(s.cfg.HeaderTimeout, func() { headerFired.Store(true); acancel() })
+	} else {
+		wd = s.startWatchdog(actx, wk, func(err error) { wdErr.Store(err); headerFired.Store(true); acancel() })
 	}
 	resp, err := s.client.Do(req)
-	if hdr != nil && !hdr.Stop() && err == nil {
-		// Headers came just as the timer fired: the request is cancelled.
+	if hdr != nil && !hdr.Stop() && err == nil || wd != nil && !wd.stop() && err == nil {
+		// Headers came just as the deadline fired: the request is cancelled.
 		resp.Body.Close()
 		err = context.Canceled
 	}
@@ -118,6 +142,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return forwardResult{}, classify(err, errKindUpstreamConn, true)
 	}
 	defer resp.Body.Close()
+	s.noteSuccess(wk.ID)
 	if resp.StatusCode >= 500 {
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return forwardResult{}, classify(fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(snippet)), errKindUpstreamStatus, true)

@@ -66,9 +66,14 @@ type Server struct {
 	// time by PUT /admin/disagg.
 	mode atomic.Value
 
-	// inflight counts requests per worker ID (values are *atomic.Int64),
-	// for /health; sync.Map because the key set is stable and read-mostly.
+	// inflight holds each worker's state (values are *workerState): requests
+	// in flight, outlier ejection; sync.Map because the key set is stable
+	// and read-mostly.
 	inflight sync.Map
+
+	closing   chan struct{} // closed by Close: stops ejection probes
+	closeOnce sync.Once
+	probeWG   sync.WaitGroup
 }
 
 // New validates cfg and builds a Server.
@@ -79,7 +84,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Workers == nil || deps.Router == nil {
 		return nil, fmt.Errorf("frontend: deps: Workers and Router are required")
 	}
-	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now()}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now(), closing: make(chan struct{})}
 	s.mode.Store(cfg.DisaggMode)
 	s.tok = deps.Tokenizer
 	if s.tok == nil {
@@ -190,20 +195,16 @@ func (s *Server) SetDisaggMode(mode string) error {
 // Handler returns the HTTP handler serving every endpoint: s itself.
 func (s *Server) Handler() http.Handler { return s }
 
-// Close releases idle connections to workers. In-flight requests are not
-// interrupted; shut the http.Server down first.
-func (s *Server) Close() { s.transport.CloseIdleConnections() }
+// Close stops ejection probes and releases idle connections to workers.
+// In-flight requests are not interrupted; shut the http.Server down first.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.probeWG.Wait()
+	s.transport.CloseIdleConnections()
+}
 
 func (s *Server) newRequestID() string {
 	return s.reqPrefix + strconv.FormatUint(s.reqSeq.Add(1), 10)
-}
-
-func (s *Server) inflightCounter(id string) *atomic.Int64 {
-	if v, ok := s.inflight.Load(id); ok {
-		return v.(*atomic.Int64)
-	}
-	v, _ := s.inflight.LoadOrStore(id, new(atomic.Int64))
-	return v.(*atomic.Int64)
 }
 
 // bearer reports whether r carries "Authorization: Bearer key". The scheme

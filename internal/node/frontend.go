@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,7 @@ type FrontendConfig struct {
 	HeaderTimeout  time.Duration // streaming: wait for a worker's response headers
 	RequestTimeout time.Duration // whole upstream exchange, and a non-streaming generation
 	MaxBodyBytes   int64         // request body limit
+	EjectAfter     int           // consecutive connect failures that eject a worker; 0: 2
 
 	SilenceAfter time.Duration // KV events; 0: the kvevents default
 
@@ -81,6 +83,7 @@ type Frontend struct {
 	gate     *gate.Gate
 	share    *replica.Sharer // nil: sharing off
 	server   *frontend.Server
+	live     atomic.Pointer[frontend.Server] // server, for onChange, which runs before it is set
 	http     *http.Server
 	url      string
 	client   *http.Client
@@ -234,6 +237,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	f.server, err = frontend.New(frontend.Config{
 		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
+		EjectAfter: cfg.EjectAfter,
 		DisaggMode: string(mode), SettingsChanged: settingsChanged, Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share}, Events: a, Gate: a, Index: a,
@@ -242,6 +246,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	if err != nil {
 		return nil, err
 	}
+	f.live.Store(f.server)
 	if f.share != nil {
 		f.goRun("replica sharing", func() error { return f.share.Run(runCtx) })
 		f.goRun("first link probes", func() error {
@@ -349,6 +354,11 @@ func (f *Frontend) onChange(c bus.Change) {
 		f.consumer.ExpectEpoch(id, c.Worker.Epoch)
 		f.kickProbes()
 	case bus.WorkerRemoved, bus.WorkerRefused:
+		if srv := f.live.Load(); c.Kind == bus.WorkerRemoved && !c.Deregistered && srv != nil {
+			// Expired: the worker may be partitioned or dead with its
+			// connections still open; what it does will not reach anyone.
+			srv.CancelWorker(id, c.Reason)
+		}
 		f.consumer.Forget(id)
 		f.router.Forget(id)
 		f.gate.Links().Forget(id)
