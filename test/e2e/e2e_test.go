@@ -65,6 +65,10 @@ func TestOpenAIClient(t *testing.T) {
 		N       []string `json:"n"`
 		Tools   apiErr   `json:"tools"`
 		BadStop apiErr   `json:"badStop"`
+		TooLong struct {
+			apiErr
+			Param string `json:"param"`
+		} `json:"tooLong"`
 	}
 	node(t, "basic", url, nil, &out)
 
@@ -107,6 +111,9 @@ func TestOpenAIClient(t *testing.T) {
 	}
 	if out.Tools.Status != 400 || !strings.Contains(out.Tools.Message, `the simulated engine does not support "tools"`) {
 		t.Errorf("tools gave %+v, want 400 saying the simulated engine does not support tools", out.Tools)
+	}
+	if l := out.TooLong; l.Status != 400 || l.Param != "max_tokens" || !strings.Contains(l.Message, "This model's maximum context length is 40960 tokens. However, you requested") {
+		t.Errorf("max_tokens 1000000 gave %+v, want 400 with vLLM's context-length message and param max_tokens", l)
 	}
 	if out.BadStop.Status != 400 || !strings.Contains(out.BadStop.Message, "stop") {
 		t.Errorf("stop: 123 gave %+v, want 400 naming stop", out.BadStop)

@@ -167,20 +167,32 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 	if len(g.tokens) == 0 {
 		return nil, badRequest("prompt", "prompt is empty")
 	}
-	mt := req.MaxTokens
+	mt, mtParam := req.MaxTokens, "max_tokens"
 	if mt == nil {
-		mt = req.MaxCompletion
+		mt, mtParam = req.MaxCompletion, "max_completion_tokens"
 	}
+	if mt != nil && *mt <= 0 {
+		return nil, badRequest(mtParam, "%s must be at least 1, got %d", mtParam, *mt)
+	}
+	// The context length first, as vLLM checks it, then whether the cache
+	// can ever hold the request.
+	promptParam := "prompt"
+	if chat {
+		promptParam = "messages"
+	}
+	if aerr := w.checkContext(len(g.tokens), mt, promptParam, mtParam); aerr != nil {
+		return nil, aerr
+	}
+	output, param := 1, promptParam
 	if mt != nil {
-		if *mt <= 0 {
-			return nil, badRequest("max_tokens", "max_tokens must be at least 1, got %d", *mt)
-		}
-		if err := w.checkLength(len(g.tokens), *mt); err != nil {
-			return nil, badRequest("max_tokens", "%v", err)
-		}
+		output, param = *mt, mtParam
 		g.maxTokens = *mt
-	} else if err := w.checkLength(len(g.tokens), 1); err != nil {
-		return nil, badRequest("prompt", "%v", err)
+	}
+	if err := w.checkLength(len(g.tokens), output); err != nil {
+		if mt != nil && w.checkLength(len(g.tokens), 1) != nil {
+			param = promptParam // the prompt alone can never fit
+		}
+		return nil, badRequest(param, "%v", err)
 	}
 	if req.MinTokens != nil && (*req.MinTokens < 0 || (mt != nil && *req.MinTokens > *mt)) {
 		return nil, badRequest("min_tokens", "min_tokens must be between 0 and max_tokens")
@@ -223,6 +235,28 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 		}
 	}
 	return g, nil
+}
+
+// checkContext rejects a request longer than the context this worker
+// advertises as max_model_len, in vLLM's words: the prompt, plus max_tokens
+// or (without it) the one token every request generates. param names the
+// prompt when it is too long by itself, else the max_tokens field used.
+func (w *Worker) checkContext(prompt int, maxTokens *int, promptParam, mtParam string) *apiError {
+	completion := 1
+	if maxTokens != nil {
+		completion = *maxTokens
+	}
+	total := uint64(prompt) + uint64(completion) // max_tokens may be MaxInt
+	if total <= uint64(w.maxLen) {
+		return nil
+	}
+	param := promptParam
+	if maxTokens != nil && prompt < w.maxLen {
+		param = mtParam
+	}
+	return badRequest(param, "This model's maximum context length is %d tokens. However, you requested %d tokens "+
+		"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
+		w.maxLen, total, prompt, completion)
 }
 
 func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat bool) {

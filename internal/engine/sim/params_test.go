@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -294,5 +295,49 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 				t.Errorf("got %d %s, want 400 naming %s", code, b, tc.param)
 			}
 		})
+	}
+}
+
+// TestContextLengthCheckedFirst: a request longer than max_model_len gets
+// vLLM's message, with the prompt's field as param when the prompt alone
+// is too long and the max_tokens field used otherwise, before any word
+// about the KV cache.
+func TestContextLengthCheckedFirst(t *testing.T) {
+	w, srv := startWorker(t, Config{})
+	maxLen := w.MaxModelLen()
+	if maxLen != 40960 {
+		t.Fatalf("max_model_len %d, want qwen3-0.6b's 40960 (the cache holds more)", maxLen)
+	}
+	long := essay(45000, 1) // > 40960 tokens
+	tok, _ := tokenizer.New()
+	chatTokens := len(tok.Encode(tokenizer.ChatPrompt([]openai.Message{{Role: "user", Content: long}})))
+	compTokens := len(tok.Encode(long))
+	short := len(tok.Encode(tokenizer.ChatPrompt([]openai.Message{{Role: "user", Content: "hi"}})))
+	msg := func(p, c int) string {
+		return fmt.Sprintf("This model's maximum context length is 40960 tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p+c, p, c)
+	}
+	tests := []struct{ name, path, body, param, msg string }{
+		{"chat prompt too long", "/v1/chat/completions", mustJSON(t, map[string]any{"messages": []map[string]string{{"role": "user", "content": long}}}), "messages", msg(chatTokens, 1)},
+		{"chat prompt too long with max_tokens", "/v1/chat/completions", mustJSON(t, map[string]any{"messages": []map[string]string{{"role": "user", "content": long}}, "max_tokens": 10}), "messages", msg(chatTokens, 10)},
+		{"completions prompt too long", "/v1/completions", mustJSON(t, map[string]any{"prompt": long, "max_tokens": 16}), "prompt", msg(compTokens, 16)},
+		{"max_tokens too large", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1000000}`, "max_tokens", msg(short, 1000000)},
+		{"max_completion_tokens too large", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":40960}`, "max_completion_tokens", msg(short, 40960)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, b := post(t, srv.URL+tc.path, tc.body)
+			var e struct{ Error openai.ErrorBody }
+			if err := json.Unmarshal(b, &e); err != nil || code != 400 {
+				t.Fatalf("status %d %s", code, b)
+			}
+			if e.Error.Param == nil || *e.Error.Param != tc.param || e.Error.Message != tc.msg {
+				t.Errorf("param %v message %q\nwant param %q message %q", e.Error.Param, e.Error.Message, tc.param, tc.msg)
+			}
+		})
+	}
+	// Exactly at the limit is accepted.
+	at := 40960 - short
+	if aerr := w.checkContext(short, &at, "messages", "max_tokens"); aerr != nil {
+		t.Errorf("prompt + max_tokens = max_model_len refused: %v", aerr)
 	}
 }

@@ -161,9 +161,11 @@ func TestNeverFitsIsRejected(t *testing.T) {
 	if _, err := w.Submit(Request{Tokens: make([]uint32, 200), MaxTokens: 10}); !errors.Is(err, ErrNeverFits) {
 		t.Errorf("Submit error %v, want ErrNeverFits", err)
 	}
+	// Over HTTP the advertised max_model_len (here the cache's 160 tokens)
+	// is checked first, as vLLM does: TestContextLengthCheckedFirst.
 	code, _, b := post(t, srv.URL+"/v1/completions", mustJSON(t, map[string]any{"prompt": essay(300, 3), "max_tokens": 5}))
-	if code != 400 || !strings.Contains(string(b), "never fit") {
-		t.Errorf("status %d body %s, want 400 naming the cache", code, b)
+	if code != 400 || !strings.Contains(string(b), "maximum context length is 160 tokens") {
+		t.Errorf("status %d body %s, want 400 naming the context length", code, b)
 	}
 }
 

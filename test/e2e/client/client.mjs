@@ -79,6 +79,10 @@ async function basic() {
     out.tools = { status: 200 };
   } catch (e) { out.tools = { ...errInfo(e), param: e?.param ?? e?.error?.param ?? null }; }
   try {
+    await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 1000000 });
+    out.tooLong = { status: 200 };
+  } catch (e) { out.tooLong = { ...errInfo(e), param: e?.param ?? e?.error?.param ?? null }; }
+  try {
     await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4, stop: 123 });
     out.badStop = { status: 200 };
   } catch (e) { out.badStop = { ...errInfo(e), param: e?.param ?? e?.error?.param ?? null }; }
