@@ -90,6 +90,7 @@ func parseLinkRate(s string) (linkemu.Rate, error) {
 func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.StringVar(&c.Policy, "router", "kv", "routing policy: kv, round-robin, random, least-loaded")
 	fs.Float64Var(&c.Alpha, "router-alpha", 1, "kv policy: weight of prefill blocks against decode blocks")
+	fs.BoolVar(&c.TierBlind, "router-tier-blind", false, "kv policy: count blocks a worker holds only in host memory or on disk as misses (default: price them by the prefill time loading them saves)")
 	fs.StringVar(&c.Disagg, "disagg", "auto", "disaggregated prefill: never, always, auto (remote only when the measured link makes it pay)")
 	fs.Float64Var(&c.Margin, "disagg-margin", 0.1, "auto: remote prefill must be predicted this fraction faster than local")
 	fs.DurationVar(&c.TTFTSLO, "ttft-slo", 2*time.Second, "time-to-first-token target (disaggregation gate)")

@@ -63,8 +63,11 @@ type RouteRequest struct {
 // Decision is the router's answer.
 type Decision struct {
 	WorkerID      string // one of the candidates
-	OverlapBlocks int    // leading blocks of the prompt the index says the worker holds
+	OverlapBlocks int    // leading blocks of the prompt the index says the worker holds, in any tier
 	Policy        string // the policy that decided, e.g. "kv"
+	// TierBlocks splits OverlapBlocks by tier: GPU, CPU, disk. All zero
+	// from a router that does not know tiers.
+	TierBlocks [3]int
 	// Approx says the overlap came from the router's own recent decisions,
 	// not from KV events (the worker's events are not healthy).
 	Approx bool

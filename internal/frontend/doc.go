@@ -49,7 +49,8 @@
 // a 405 (with Allow), both in the OpenAI error envelope.
 //
 // Every proxied response carries x-switchyard-worker, x-switchyard-overlap-tokens
-// and x-switchyard-policy; when the disaggregation gate was consulted it also
+// and x-switchyard-policy, and, when the overlap is known by tier,
+// x-switchyard-overlap-tiers (gpu=N,cpu=N,disk=N tokens on that worker); when the disaggregation gate was consulted it also
 // carries x-switchyard-disagg-mode (always|auto), x-switchyard-prefill
 // (local|remote), x-switchyard-disagg-reason, x-switchyard-predicted-ttft-ms,
 // x-switchyard-kv-bytes-predicted (the gate's estimate) and

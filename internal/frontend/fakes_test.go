@@ -240,6 +240,7 @@ type fakeRouter struct {
 	policy  string
 	prefer  []string // preferred worker IDs in order
 	overlap int
+	tiers   [3]int
 	approx  bool
 	picks   []RouteRequest
 	err     error
@@ -260,7 +261,7 @@ func (fr *fakeRouter) Pick(ctx context.Context, req RouteRequest) (Decision, err
 			break
 		}
 	}
-	return Decision{WorkerID: id, OverlapBlocks: fr.overlap, Policy: fr.policyLocked(), Approx: fr.approx}, nil
+	return Decision{WorkerID: id, OverlapBlocks: fr.overlap, TierBlocks: fr.tiers, Policy: fr.policyLocked(), Approx: fr.approx}, nil
 }
 
 func (fr *fakeRouter) policyLocked() string {

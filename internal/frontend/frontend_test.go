@@ -25,12 +25,14 @@ func TestChatStreamRelaysBytesHeadersAndUsage(t *testing.T) {
 	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))
 	h.router.prefer = []string{"w-b"}
 	h.router.overlap = 2
+	h.router.tiers = [3]int{1, 1, 0}
 
 	resp, body := h.do(t, "POST", "/v1/chat/completions", chatStreamBody)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	for k, want := range map[string]string{HeaderWorker: "w-b", HeaderOverlapTokens: "32", HeaderPolicy: "kv", "Content-Type": "text/event-stream"} {
+	for k, want := range map[string]string{HeaderWorker: "w-b", HeaderOverlapTokens: "32", HeaderOverlapTiers: "gpu=16,cpu=16,disk=0",
+		HeaderPolicy: "kv", "Content-Type": "text/event-stream"} {
 		if got := resp.Header.Get(k); got != want {
 			t.Errorf("header %s = %q, want %q", k, got, want)
 		}

@@ -16,7 +16,8 @@ import (
 // route is where one request goes and why.
 type route struct {
 	target  Worker
-	overlap int // blocks, per the router
+	overlap int    // blocks, per the router
+	tiers   [3]int // overlap blocks by tier
 	approx  bool
 	policy  string
 
@@ -216,7 +217,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			rt.gate.Reason = fmt.Sprintf("decode worker %s failed after remote prefill, retried with local prefill: %s", rt.target.ID, rt.gate.Reason)
 			body = pr.body
 		}
-		rt.target, rt.overlap, rt.policy = rest[i], dec.OverlapBlocks, dec.Policy
+		rt.target, rt.overlap, rt.tiers, rt.policy = rest[i], dec.OverlapBlocks, dec.TierBlocks, dec.Policy
 	}
 }
 
@@ -280,7 +281,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		return route{}, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, msg: err.Error(), kind: errKindRouter}
 	}
 	i := slices.IndexFunc(serving, func(wk Worker) bool { return wk.ID == dec.WorkerID })
-	rt := route{target: serving[i], overlap: dec.OverlapBlocks, approx: dec.Approx, policy: dec.Policy}
+	rt := route{target: serving[i], overlap: dec.OverlapBlocks, tiers: dec.TierBlocks, approx: dec.Approx, policy: dec.Policy}
 	mode := s.DisaggMode()
 	// In mode never the gate is still asked: it answers local (mode_never)
 	// with its predictions, so every decode response explains itself.
@@ -339,6 +340,9 @@ func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
 		src = "approx"
 	}
 	h.Set(HeaderOverlapSource, src)
+	if t := rt.tiers; t != [3]int{} {
+		h.Set(HeaderOverlapTiers, fmt.Sprintf("gpu=%d,cpu=%d,disk=%d", t[0]*bs, t[1]*bs, t[2]*bs))
+	}
 	h.Set(HeaderPolicy, rt.policy)
 	if !rt.gated {
 		return

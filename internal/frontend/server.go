@@ -25,6 +25,9 @@ const (
 	// HeaderOverlapSource is "index" (KV events) or "approx" (the router's
 	// own recent decisions, for a worker whose events are not healthy).
 	HeaderOverlapSource = "x-switchyard-overlap-source"
+	// HeaderOverlapTiers splits the overlap tokens by the tier they sit in
+	// on the chosen worker: "gpu=N,cpu=N,disk=N".
+	HeaderOverlapTiers  = "x-switchyard-overlap-tiers"
 	HeaderPolicy        = "x-switchyard-policy"
 	HeaderPrefill       = "x-switchyard-prefill"
 	HeaderDisaggReason  = "x-switchyard-disagg-reason"

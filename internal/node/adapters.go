@@ -79,13 +79,18 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 	cands := make([]router.Worker, len(req.Candidates))
 	for i, id := range req.Candidates {
 		cands[i] = router.Worker{ID: id, EventsHealthy: a.f.consumer.Health(id) == kvevents.StateHealthy}
+		if w, ok := a.f.watcher.Worker(id); ok {
+			p := w.Profile
+			cands[i].Profile = &p
+		}
 	}
 	d, err := a.f.router.Pick(&router.Request{Hashes: req.Hashes, PromptTokens: req.PromptTokens, BlockSize: a.f.cfg.BlockSize}, cands)
 	if err != nil {
 		return frontend.Decision{}, err
 	}
 	a.f.share.Approx(d.Worker, req.Hashes, time.Now())
-	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx}, nil
+	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx,
+		TierBlocks: [3]int{int(d.Tiers[0]), int(d.Tiers[1]), int(d.Tiers[2])}}, nil
 }
 
 func (a adapters) Policy() string              { return a.f.router.Policy() }

@@ -37,7 +37,10 @@ type FrontendConfig struct {
 
 	Policy string  // router policy; "" means kv
 	Alpha  float64 // kv cost weight; 0 means 1
-	Seed   uint64
+	// TierBlind makes kv count lower-tier (host memory, disk) hits as
+	// misses instead of pricing them.
+	TierBlind bool
+	Seed      uint64
 
 	Disagg     string // never, always or auto
 	Margin     float64
@@ -157,7 +160,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}()
 
 	f.index = kvindex.New(kvindex.Config{})
-	if f.router, err = router.New(router.Config{Index: f.index, Policy: cfg.Policy, Alpha: cfg.Alpha, Seed: cfg.Seed}); err != nil {
+	if f.router, err = router.New(router.Config{Index: f.index, Policy: cfg.Policy, Alpha: cfg.Alpha, Seed: cfg.Seed, TierBlind: cfg.TierBlind}); err != nil {
 		return nil, err
 	}
 	if err = f.router.Register(cfg.Registry); err != nil {

@@ -7,7 +7,26 @@
 //	cost_w = α·(B − overlap_w + queued_prefill_blocks_w) + active_decode_blocks_w
 //
 // (α defaults to 1; lowest wins; ties go to the least loaded worker, then
-// rotate). Rotation (round-robin, and the tie-breaking of kv and
+// rotate).
+//
+// Tiers. A worker may hold part of the prompt outside GPU memory (host
+// memory, disk: the index keeps each block's tiers). overlap_w is then the
+// prefill time the hit saves, counted in blocks. With g leading blocks in
+// GPU memory and c and d more in CPU memory and on disk, on a worker whose
+// registered profile gives prefill time P(new, cached) and load time L
+// (bytes over the tier's host-link or disk bandwidth, perfmodel.LoadTime):
+//
+//	recompute = P(n − g·bs, g·bs) − P(n − (g+c+d)·bs, (g+c+d)·bs)
+//	load      = L_cpu(c·bs) + L_disk(d·bs)
+//	overlap_w = g + (c + d) · (1 − load/recompute)   if load < recompute
+//	overlap_w = g                                    otherwise
+//
+// for a prompt of n tokens in blocks of bs. A GPU hit saves all of its
+// prefill; a lower-tier hit saves recompute minus load, and nothing when
+// loading is slower than recomputing (a small, memory-bound prefill
+// recomputes for free; the simulated engine then recomputes too). Without a
+// profile, or with Config.TierBlind (--router-tier-blind), lower-tier blocks
+// count as misses, as a router that ignores CPU-tier events would. Rotation (round-robin, and the tie-breaking of kv and
 // least-loaded) keeps one counter per candidate set, so a caller that picks
 // from two pools per request (decode, then prefill) rotates evenly in each.
 //

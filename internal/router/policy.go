@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
 )
 
 // Policy names.
@@ -51,6 +54,9 @@ type Worker struct {
 	ID            string
 	EventsHealthy bool // false: the index may be stale for it; the approximate index is consulted
 	Load          Load // filled in by Router.Pick from its tracking
+	// Profile is the worker's registered timing profile, which prices its
+	// lower-tier hits (see the package doc). Nil: they are worth nothing.
+	Profile *bus.Profile
 }
 
 // Request is what a policy decides on.
@@ -64,17 +70,27 @@ type Request struct {
 // Decision is a policy's answer.
 type Decision struct {
 	Worker        string
-	OverlapBlocks int // leading blocks of the prompt credited to Worker
-	Policy        string
-	Reason        string
-	Cost          float64 // kv only: the winner's cost in blocks
-	Approx        bool    // the overlap came from the approximate index
+	OverlapBlocks int // leading blocks of the prompt Worker holds, in any tier
+	// Tiers splits OverlapBlocks by the tier each block is in on Worker.
+	Tiers kvindex.TierCounts
+	// Priced is the overlap the kv cost credited, in blocks: GPU blocks
+	// count 1, lower-tier blocks the share of their recompute time that
+	// loading them saves (0 when tier-blind or not worth loading).
+	Priced float64
+	Policy string
+	Reason string
+	Cost   float64 // kv only: the winner's cost in blocks
+	Approx bool    // the overlap came from the approximate index
 }
 
 // Overlapper gives the prefix overlap of candidate i (an index into the
 // workers passed to Pick) and whether it came from the approximate index.
 type Overlapper interface {
 	Overlap(i int) (blocks int, approx bool)
+	// Priced is candidate i's overlap as the kv cost credits it, in
+	// blocks (see Decision.Priced); Tiers its split by tier.
+	Priced(i int) float64
+	Tiers(i int) kvindex.TierCounts
 }
 
 // Policy chooses one of workers for req. workers is never empty when a
@@ -229,13 +245,14 @@ type KV struct {
 // Name implements Policy.
 func (*KV) Name() string { return PolicyKV }
 
-// Cost returns the kv cost of a worker for a prompt of b blocks.
-func (p *KV) Cost(b, overlap int, l Load) float64 {
+// Cost returns the kv cost of a worker for a prompt of b blocks, overlap of
+// which (priced, so possibly fractional) the worker need not compute.
+func (p *KV) Cost(b int, overlap float64, l Load) float64 {
 	a := p.Alpha
 	if a == 0 {
 		a = 1
 	}
-	return a*float64(b-overlap+l.QueuedPrefillBlocks) + float64(l.ActiveDecodeBlocks)
+	return a*(float64(b+l.QueuedPrefillBlocks)-overlap) + float64(l.ActiveDecodeBlocks)
 }
 
 // Pick implements Policy. The scan starts at a rotating offset and keeps the
@@ -254,7 +271,7 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 	for k := 0; k < n; k++ {
 		i := (start + k) % n
 		o, approx := ov.Overlap(i)
-		c := p.Cost(b, o, workers[i].Load)
+		c := p.Cost(b, ov.Priced(i), workers[i].Load)
 		l := workers[i].Load.Blocks()
 		cached := workers[i].Load.CachedBlocks
 		// Ties go to the least loaded, then to the emptiest cache (a cold
@@ -272,6 +289,8 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 	return Decision{
 		Worker:        workers[best].ID,
 		OverlapBlocks: bestOv,
+		Tiers:         ov.Tiers(best),
+		Priced:        ov.Priced(best),
 		Policy:        PolicyKV,
 		Reason:        reason,
 		Cost:          bestCost,
@@ -281,5 +300,5 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 
 func decision(workers []Worker, i int, ov Overlapper, policy, reason string) Decision {
 	o, approx := ov.Overlap(i)
-	return Decision{Worker: workers[i].ID, OverlapBlocks: o, Policy: policy, Reason: reason, Approx: approx}
+	return Decision{Worker: workers[i].ID, OverlapBlocks: o, Tiers: ov.Tiers(i), Priced: ov.Priced(i), Policy: policy, Reason: reason, Approx: approx}
 }

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"testing"
 )
 
@@ -8,6 +9,10 @@ import (
 type fixedOv []int
 
 func (f fixedOv) Overlap(i int) (int, bool) { return f[i], false }
+
+func (f fixedOv) Priced(i int) float64 { return float64(f[i]) }
+
+func (f fixedOv) Tiers(i int) kvindex.TierCounts { return kvindex.TierCounts{int32(f[i]), 0, 0} }
 
 func ws(loads ...Load) []Worker {
 	out := make([]Worker, len(loads))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 )
 
 // Config configures a Router. The zero value is valid: no index, the kv
@@ -33,21 +34,26 @@ type Config struct {
 	LoadReportTTL time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// TierBlind makes kv count blocks held only in a lower tier (host
+	// memory, disk) as misses, as a router that ignores CPU-tier events
+	// does; for comparison with the tier-priced default.
+	TierBlind bool
 }
 
 // Router picks workers for requests under a policy that can be switched at
 // run time, and tracks load and its own recent decisions. Safe for
 // concurrent use.
 type Router struct {
-	index  *kvindex.Index
-	now    func() time.Time
-	approx *approx
-	load   *tracker
-	policy atomic.Pointer[Policy]
-	byName map[string]Policy // read-only after New
-	names  []string
-	m      *metrics
-	pool   sync.Pool // *scratch
+	index     *kvindex.Index
+	tierBlind bool
+	now       func() time.Time
+	approx    *approx
+	load      *tracker
+	policy    atomic.Pointer[Policy]
+	byName    map[string]Policy // read-only after New
+	names     []string
+	m         *metrics
+	pool      sync.Pool // *scratch
 }
 
 // New returns a Router.
@@ -71,11 +77,12 @@ func New(cfg Config) (*Router, error) {
 		cfg.Now = time.Now
 	}
 	r := &Router{
-		index:  cfg.Index,
-		now:    cfg.Now,
-		approx: newApprox(cfg.ApproxTTL, cfg.ApproxCapacity),
-		load:   newTracker(cfg.LoadReportTTL, cfg.Now),
-		m:      newMetrics(),
+		index:     cfg.Index,
+		tierBlind: cfg.TierBlind,
+		now:       cfg.Now,
+		approx:    newApprox(cfg.ApproxTTL, cfg.ApproxCapacity),
+		load:      newTracker(cfg.LoadReportTTL, cfg.Now),
+		m:         newMetrics(),
 	}
 	r.pool.New = func() any { return new(scratch) }
 	ps := []Policy{&KV{Alpha: cfg.Alpha}, &RoundRobin{}, NewRandom(cfg.Seed), &LeastLoaded{}}
@@ -115,11 +122,19 @@ type scratch struct {
 	ws     []Worker
 	blocks []int
 	approx []bool
+	tiers  []kvindex.TierCounts
+	priced []float64
 	ov     kvindex.Overlaps
 }
 
 // Overlap implements Overlapper.
 func (s *scratch) Overlap(i int) (int, bool) { return s.blocks[i], s.approx[i] }
+
+// Priced implements Overlapper.
+func (s *scratch) Priced(i int) float64 { return s.priced[i] }
+
+// Tiers implements Overlapper.
+func (s *scratch) Tiers(i int) kvindex.TierCounts { return s.tiers[i] }
 
 // Pick chooses a worker among candidates for req under the current policy,
 // records the decision in the approximate index and counts it in metrics.
@@ -141,6 +156,7 @@ func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 		}
 	}
 	r.overlaps(s, req.Hashes, now)
+	r.price(s, req)
 
 	p := *r.policy.Load()
 	var d Decision
@@ -175,6 +191,7 @@ func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
 	n := len(s.ws)
 	s.blocks = append(s.blocks[:0], make([]int, n)...)
 	s.approx = append(s.approx[:0], make([]bool, n)...)
+	s.tiers = append(s.tiers[:0], make([]kvindex.TierCounts, n)...)
 	if len(hashes) == 0 {
 		return
 	}
@@ -185,14 +202,14 @@ func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
 				for i := range s.ws {
 					for _, h := range hits {
 						if h.Worker == s.ws[i].ID {
-							s.blocks[i] = h.Blocks
+							s.blocks[i], s.tiers[i] = h.Blocks, h.Tiers
 						}
 					}
 				}
 			} else {
 				for i := range s.ws {
 					if id, ok := r.index.ID(s.ws[i].ID); ok {
-						s.blocks[i] = s.ov.Blocks(id)
+						s.blocks[i], s.tiers[i] = s.ov.Blocks(id), s.ov.Tiers(id)
 					}
 				}
 			}
@@ -202,10 +219,41 @@ func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
 		if s.ws[i].EventsHealthy {
 			continue
 		}
+		// The approximate index knows only where prompts went: it credits
+		// them as GPU blocks.
 		if a := r.approx.overlap(s.ws[i].ID, hashes, now); a > s.blocks[i] {
 			s.blocks[i], s.approx[i] = a, true
+			s.tiers[i] = kvindex.TierCounts{kvindex.TierGPU: int32(a)}
 		}
 	}
+}
+
+// price fills s.priced: each candidate's overlap in blocks as the kv cost
+// credits it (see the package doc).
+func (r *Router) price(s *scratch, req *Request) {
+	s.priced = s.priced[:0]
+	for i := range s.ws {
+		s.priced = append(s.priced, r.priced(&s.ws[i], s.tiers[i], req.PromptTokens, req.BlockSize))
+	}
+}
+
+// priced returns the blocks of overlap tc is worth on w for a prompt of
+// prompt tokens in blocks of bs: GPU blocks one each; the lower-tier ones
+// together (recompute − load)/recompute each when loading them beats
+// recomputing them on w's profile, and nothing otherwise, when tier-blind,
+// or without a profile to price them by.
+func (r *Router) priced(w *Worker, tc kvindex.TierCounts, prompt, bs int) float64 {
+	gpu := float64(tc[kvindex.TierGPU])
+	cpu, disk := int(tc[kvindex.TierCPU]), int(tc[kvindex.TierDisk])
+	if cpu+disk == 0 || r.tierBlind || w.Profile == nil || bs <= 0 {
+		return gpu
+	}
+	recompute, load := perfmodel.LowerTierSaving(w.Profile, max(prompt, (int(tc[kvindex.TierGPU])+cpu+disk)*bs),
+		int(tc[kvindex.TierGPU])*bs, cpu*bs, disk*bs)
+	if recompute <= 0 || load >= recompute {
+		return gpu
+	}
+	return gpu + float64(cpu+disk)*(1-float64(load)/float64(recompute))
 }
 
 // Started records that a request with prefillBlocks prompt blocks to

@@ -295,7 +295,8 @@ func newSimulator(cfg Config) (*simulator, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.decode = append(s.decode, router.Worker{ID: w.id, EventsHealthy: true})
+		prof := w.core.Profile()
+		s.decode = append(s.decode, router.Worker{ID: w.id, EventsHealthy: true, Profile: &prof})
 	}
 	rate := cfg.LinkRate.TCPGoodput().BytesPerSecond()
 	for i := range cfg.PrefillWorkers {
@@ -303,7 +304,8 @@ func newSimulator(cfg Config) (*simulator, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.prefill = append(s.prefill, router.Worker{ID: w.id, EventsHealthy: true})
+		prof := w.core.Profile()
+		s.prefill = append(s.prefill, router.Worker{ID: w.id, EventsHealthy: true, Profile: &prof})
 		w.link = &link{idx: len(s.links), from: w, rate: rate / s.S}
 		s.links = append(s.links, w.link)
 		// Live, the frontend probes each new pair when it registers,
