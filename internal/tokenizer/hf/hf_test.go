@@ -208,8 +208,8 @@ func TestRefusals(t *testing.T) {
 		{set("decoder", map[string]any{"type": "WordPiece"}), `decoder "WordPiece"`},
 		{set("post_processor", map[string]any{"type": "BertProcessing"}), `post_processor "BertProcessing"`},
 		{set("truncation", map[string]any{"max_length": 8}), "truncation is set"},
-		{set("model.merges", []any{"h zz"}), `model.merges[0] ("h", "zz")`},
-		{set("model.merges", 7), "model.merges is neither"},
+		{set("model.merges", []any{"h zz"}), `model.merges: merges[0] ("h", "zz")`},
+		{set("model.merges", 7), "model.merges: at byte 0: want"},
 	} {
 		_, err := Parse("bad/tokenizer.json", tinyFile(t, false, c.edit))
 		if err == nil || !strings.Contains(err.Error(), "bad/tokenizer.json") || !strings.Contains(err.Error(), c.want) {

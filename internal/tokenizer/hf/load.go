@@ -16,8 +16,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // Tokenizer is a loaded tokenizer.json. It is immutable after Load and
@@ -88,7 +88,7 @@ type modelJSON struct {
 	FuseUnk                 bool              `json:"fuse_unk"`
 	ByteFallback            bool              `json:"byte_fallback"`
 	IgnoreMerges            bool              `json:"ignore_merges"`
-	Vocab                   map[string]uint32 `json:"vocab"`
+	Vocab                   json.RawMessage   `json:"vocab"`
 	Merges                  json.RawMessage   `json:"merges"`
 }
 
@@ -153,8 +153,8 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 		return nil, fail("model.continuing_subword_prefix %q is not supported", *m.ContinuingSubwordPrefix)
 	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
 		return nil, fail("model.end_of_word_suffix %q is not supported", *m.EndOfWordSuffix)
-	case len(m.Vocab) == 0:
-		return nil, fail("model.vocab is empty")
+	case isNull(m.Vocab):
+		return nil, fail("model.vocab is missing")
 	}
 	t.ignoreMerges = m.IgnoreMerges
 
@@ -268,9 +268,28 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 	}
 
 	// Vocabulary, in raw bytes.
+	type entry struct {
+		tok []byte // as written (byte-level symbols)
+		id  uint32
+	}
+	var entries []entry
 	maxID := uint32(0)
-	for _, id := range m.Vocab {
+	var arena []byte
+	err := scanVocab(m.Vocab, func(tok []byte, id uint32) error {
+		if len(arena)+len(tok) > cap(arena) {
+			arena = make([]byte, 0, max(1<<20, len(tok)))
+		}
+		start := len(arena)
+		arena = append(arena, tok...)
+		entries = append(entries, entry{tok: arena[start:len(arena):len(arena)], id: id})
 		maxID = max(maxID, id)
+		return nil
+	})
+	if err != nil {
+		return nil, fail("model.vocab: %v", err)
+	}
+	if len(entries) == 0 {
+		return nil, fail("model.vocab is empty")
 	}
 	for _, a := range f.AddedTokens {
 		maxID = max(maxID, a.ID)
@@ -280,23 +299,25 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 	}
 	t.tokens = make([]string, maxID+1)
 	t.isSpec = make([]bool, maxID+1)
-	t.vocab = make(map[string]uint32, len(m.Vocab))
+	t.vocab = make(map[string]uint32, len(entries))
+	byName := make(map[string]uint32, 8) // tokens that are not byte-level, by their text
 	var buf []byte
-	for tok, id := range m.Vocab {
-		raw, ok := unByteLevel(buf[:0], tok)
+	for _, e := range entries {
+		raw, ok := unByteLevel(buf[:0], e.tok)
 		if !ok {
 			// Not made of byte-level symbols (DeepSeek's <｜begin▁of▁sentence｜>
 			// is also an added token): BPE can never produce it.
-			t.tokens[id] = tok
+			t.tokens[e.id] = string(e.tok)
+			byName[string(e.tok)] = e.id
 			continue
 		}
 		buf = raw
-		s := string(raw)
-		if prev, dup := t.vocab[s]; dup {
-			return nil, fail("model.vocab has token %q twice (ids %d and %d)", tok, prev, id)
+		if prev, dup := t.vocab[string(raw)]; dup {
+			return nil, fail("model.vocab has token %q twice (ids %d and %d)", e.tok, prev, e.id)
 		}
-		t.vocab[s] = id
-		t.tokens[id] = s
+		s := string(raw)
+		t.vocab[s] = e.id
+		t.tokens[e.id] = s
 	}
 	for b := range 256 {
 		id, ok := t.vocab[string([]byte{byte(b)})]
@@ -306,8 +327,12 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 		t.byteID[b] = id
 	}
 	if m.UnkToken != nil {
-		id, ok := m.Vocab[*m.UnkToken]
-		if !ok {
+		raw, ok := unByteLevel(nil, []byte(*m.UnkToken))
+		id, in := t.vocab[string(raw)]
+		if !ok || !in {
+			id, in = byName[*m.UnkToken]
+		}
+		if !in {
 			return nil, fail("model.unk_token %q is not in the vocabulary", *m.UnkToken)
 		}
 		t.unkID, t.hasUnk = id, true
@@ -350,37 +375,28 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 }
 
 func (t *Tokenizer) loadMerges(raw json.RawMessage, fail func(string, ...any) error) error {
-	var pairs [][2]string
-	var strs []string
-	if err := json.Unmarshal(raw, &strs); err != nil {
-		if err2 := json.Unmarshal(raw, &pairs); err2 != nil {
-			return fail("model.merges is neither [\"a b\", …] nor [[\"a\", \"b\"], …]: %v", err2)
-		}
-	} else {
-		pairs = make([][2]string, len(strs))
-		for i, s := range strs {
-			a, b, ok := strings.Cut(s, " ")
-			if !ok {
-				return fail("model.merges[%d] %q is not two tokens separated by a space", i, s)
-			}
-			pairs[i] = [2]string{a, b}
-		}
-	}
-	t.merges = make(map[uint64]uint64, len(pairs))
-	var ab, bb []byte
-	for rank, p := range pairs {
+	t.merges = make(map[uint64]uint64, len(t.vocab))
+	var ab, bb, cat []byte
+	rank := 0
+	err := scanMerges(raw, func(a, b []byte) error {
 		var okA, okB bool
-		ab, okA = unByteLevel(ab[:0], p[0])
-		bb, okB = unByteLevel(bb[:0], p[1])
+		ab, okA = unByteLevel(ab[:0], a)
+		bb, okB = unByteLevel(bb[:0], b)
+		cat = append(append(cat[:0], ab...), bb...)
 		idA, inA := t.vocab[string(ab)]
 		idB, inB := t.vocab[string(bb)]
-		idC, inC := t.vocab[string(ab)+string(bb)]
+		idC, inC := t.vocab[string(cat)]
 		if !okA || !okB || !inA || !inB || !inC {
-			return fail("model.merges[%d] (%q, %q): a part or the merged token is not in the vocabulary", rank, p[0], p[1])
+			return fmt.Errorf("merges[%d] (%q, %q): a part or the merged token is not in the vocabulary", rank, a, b)
 		}
 		// A repeated pair takes its last rank, as in both HuggingFace
 		// tokenizers and transformers.js.
 		t.merges[uint64(idA)<<32|uint64(idB)] = uint64(rank)<<32 | uint64(idC)
+		rank++
+		return nil
+	})
+	if err != nil {
+		return fail("model.merges: %v", err)
 	}
 	return nil
 }
@@ -441,9 +457,12 @@ func isNull(raw json.RawMessage) bool {
 }
 
 // byteLevel maps each byte to the printable rune GPT-2's byte-level BPE
-// writes it as; unByte is its inverse.
-var byteLevel, unByte = func() (fwd [256]rune, inv map[rune]byte) {
-	inv = make(map[rune]byte, 256)
+// writes it as; unByte is its inverse (-1: not a byte-level rune). The
+// runes are all below 0x144.
+var byteLevel, unByte = func() (fwd [256]rune, inv [0x144]int16) {
+	for i := range inv {
+		inv[i] = -1
+	}
 	n := 0
 	for b := range 256 {
 		if (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF) {
@@ -452,20 +471,30 @@ var byteLevel, unByte = func() (fwd [256]rune, inv map[rune]byte) {
 			fwd[b] = rune(256 + n)
 			n++
 		}
-		inv[fwd[b]] = byte(b)
+		inv[fwd[b]] = int16(b)
 	}
 	return fwd, inv
 }()
 
 // unByteLevel appends the raw bytes of a byte-level token to dst; ok is
 // false when tok has a rune outside the byte-level alphabet.
-func unByteLevel(dst []byte, tok string) ([]byte, bool) {
-	for _, r := range tok {
-		b, ok := unByte[r]
-		if !ok {
+func unByteLevel(dst []byte, tok []byte) ([]byte, bool) {
+	for i := 0; i < len(tok); {
+		c := tok[i]
+		if c < utf8.RuneSelf {
+			if unByte[c] < 0 {
+				return dst, false
+			}
+			dst = append(dst, byte(unByte[c]))
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(tok[i:])
+		if int(r) >= len(unByte) || unByte[r] < 0 {
 			return dst, false
 		}
-		dst = append(dst, b)
+		dst = append(dst, byte(unByte[r]))
+		i += n
 	}
 	return dst, true
 }

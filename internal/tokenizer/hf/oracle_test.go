@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/golden.jsonl from the oracle")
@@ -312,4 +314,80 @@ func FuzzEncode(f *testing.F) {
 			t.Fatalf("%s: %q decodes to %q", family, valid, dec)
 		}
 	})
+}
+
+// TestOracleTemplatesCurrent: the templates the chat goldens were
+// rendered from are the ones the model packages ship.
+func TestOracleTemplatesCurrent(t *testing.T) {
+	for _, family := range families {
+		tk := familyTokenizer(t, family)
+		want, err := os.ReadFile("testdata/templates/" + family + ".jinja")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.chatConfig.template != string(want) {
+			t.Errorf("%s: testdata/templates/%s.jinja differs from the package's chat_template; rerun test/tokenizer/render_chat_golden.py", family, family)
+		}
+		if _, err := tk.Chat(); err != nil {
+			t.Errorf("%s: %v", family, err)
+		}
+	}
+}
+
+// TestOracleChatTokens encodes every golden chat rendering with the
+// real tokenizers, through EncodeChat, and wants the oracle's ids for the
+// Jinja2 text: template and tokenizer together.
+func TestOracleChatTokens(t *testing.T) {
+	data, err := os.ReadFile("testdata/chat_golden.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Cases []struct {
+			Family               string
+			Case                 string
+			Messages             []openai.Message
+			AddGenerationPrompt  bool  `json:"add_generation_prompt"`
+			ContinueFinalMessage bool  `json:"continue_final_message"`
+			EnableThinking       *bool `json:"enable_thinking"`
+			Rendered             string
+		}
+	}
+	if err := json.Unmarshal(data, &g); err != nil {
+		t.Fatal(err)
+	}
+	for _, family := range families {
+		var texts []string
+		var idx []int
+		for i, c := range g.Cases {
+			if c.Family == family {
+				texts = append(texts, c.Rendered)
+				idx = append(idx, i)
+			}
+		}
+		want := oracleEncode(t, family, texts)
+		tk := familyTokenizer(t, family)
+		for k, i := range idx {
+			c := g.Cases[i]
+			got, err := tk.EncodeChat(c.Messages, ChatOptions{AddGenerationPrompt: c.AddGenerationPrompt, ContinueFinalMessage: c.ContinueFinalMessage, EnableThinking: c.EnableThinking})
+			if err != nil {
+				t.Errorf("%s/%s: %v", family, c.Case, err)
+				continue
+			}
+			if d := diffIDs(tk, got, want[k]); d != "" {
+				t.Errorf("%s/%s: %s", family, c.Case, d)
+			}
+		}
+	}
+}
+
+// TestQwen3MatchesVLLM: the ids vLLM 0.26 serving Qwen3 put in a
+// BlockStored event for this prompt (../shared/ENGINES.md).
+func TestQwen3MatchesVLLM(t *testing.T) {
+	tk := familyTokenizer(t, "qwen3")
+	got := tk.Encode("<|im_start|>user\nWhere is the capital of China?<|im_end|>\n<|im_start|>assistant\n<think>")
+	want := []uint32{151644, 872, 198, 9064, 374, 279, 6722, 315, 5616, 30, 151645, 198, 151644, 77091, 198, 151667}
+	if d := diffIDs(tk, got, want); d != "" {
+		t.Error(d)
+	}
 }
