@@ -99,6 +99,14 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* and /health's worker addresses (default: $"+envAdminKey+"; without one, admin is loopback-only: the API key never grants it)")
 	fs.StringVar(&c.WorkerKey, "worker-key", "", "bearer token sent to workers' admin and probe endpoints; must match the workers' --worker-key (default: $"+envWorkerKey+")")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", 60*time.Second, "longest wait for a worker's first byte (streaming), or for a non-streaming answer from a worker that fails a liveness check; a timeout is never retried and ejects the worker")
+	fs.DurationVar(&c.ClientHeaderTimeout, "client-header-timeout", 10*time.Second, "longest a client may take to send its request headers")
+	fs.DurationVar(&c.ClientReadTimeout, "client-read-timeout", 30*time.Second, "longest a client may take to send its request body (408 after)")
+	fs.DurationVar(&c.ClientIdleTimeout, "client-idle-timeout", 60*time.Second, "close a keep-alive connection idle this long")
+	fs.DurationVar(&c.ClientStallTimeout, "client-stall-timeout", 30*time.Second, "cut off a client that stopped reading its answer this long, and cancel its request on the worker")
+	fs.IntVar(&c.MaxConnections, "max-connections", 4096, "open client connections at most; one more gets 503 and is closed")
+	fs.IntVar(&c.MaxInflight, "max-inflight", 0, "completion requests served at once at most; more get 429 with Retry-After (0: no limit)")
+	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "requests open on one worker at most; when every worker is full, 429 with Retry-After (0: no limit)")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles at /debug/pprof/ (admin access required)")
 	fs.IntVar(&c.EjectAfter, "eject-after", 2, "consecutive connect failures that eject a worker from routing until a health probe answers (one timeout ejects at once)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Minute, "longest upstream exchange; also bounds a non-streaming generation")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted; larger gets 413")
@@ -148,6 +156,12 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 		return fmt.Errorf("--header-timeout %v must be positive", c.HeaderTimeout)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("--request-timeout %v must be positive", c.RequestTimeout)
+	case c.ClientHeaderTimeout <= 0 || c.ClientReadTimeout <= 0 || c.ClientIdleTimeout <= 0 || c.ClientStallTimeout <= 0:
+		return fmt.Errorf("--client-header-timeout, --client-read-timeout, --client-idle-timeout and --client-stall-timeout must be positive")
+	case c.MaxConnections <= 0:
+		return fmt.Errorf("--max-connections %d must be positive", c.MaxConnections)
+	case c.MaxInflight < 0 || c.MaxInflightPerWorker < 0:
+		return fmt.Errorf("--max-inflight and --max-inflight-per-worker must be 0 (no limit) or positive")
 	case c.EjectAfter <= 0:
 		return fmt.Errorf("--eject-after %d must be positive", c.EjectAfter)
 	case c.MaxBodyBytes <= 0:

@@ -40,6 +40,28 @@ type Config struct {
 	// included, and so a non-streaming generation. Default 10 min.
 	RequestTimeout time.Duration
 
+	// ClientReadTimeout bounds reading a request's body. Default 30 s.
+	ClientReadTimeout time.Duration
+	// ClientStallTimeout bounds each write to a client: a client that
+	// stops reading its stream (its TCP window stays shut) for this long is
+	// cut off and the upstream request cancelled, freeing the worker.
+	// Default 30 s.
+	ClientStallTimeout time.Duration
+
+	// MaxConnections bounds open client connections (see Server.Listener).
+	// Default 4096.
+	MaxConnections int
+	// MaxInflight bounds completion requests served at once; one beyond it
+	// gets 429 with Retry-After. MaxInflightPerWorker bounds the requests
+	// this frontend has open on one worker: a full worker is not a
+	// candidate, and when every candidate is full the request gets 429.
+	// Zero means no bound. The per-worker bound is checked before the
+	// request is counted, so a burst may overshoot it by a few.
+	MaxInflight          int
+	MaxInflightPerWorker int
+	// Pprof serves net/http/pprof under /debug/pprof/, behind the admin key.
+	Pprof bool
+
 	// EjectAfter is how many consecutive connect failures eject a worker
 	// from routing; one timeout ejects it at once. Default 2.
 	EjectAfter int
@@ -84,6 +106,18 @@ func (c *Config) setDefaults() error {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 10 * time.Minute
+	}
+	if c.ClientReadTimeout == 0 {
+		c.ClientReadTimeout = 30 * time.Second
+	}
+	if c.ClientStallTimeout == 0 {
+		c.ClientStallTimeout = 30 * time.Second
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 4096
+	}
+	if c.MaxConnections < 0 || c.MaxInflight < 0 || c.MaxInflightPerWorker < 0 || c.ClientReadTimeout < 0 || c.ClientStallTimeout < 0 {
+		return fmt.Errorf("frontend: config: connection, in-flight and client limits must not be negative")
 	}
 	if c.EjectAfter == 0 {
 		c.EjectAfter = 2

@@ -76,6 +76,14 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
 			return
 		}
+		if max := s.cfg.MaxInflight; max > 0 {
+			if s.active.Add(1) > int64(max) {
+				s.active.Add(-1)
+				s.shed(w, "global", fmt.Sprintf("frontend: %d requests in flight, the --max-inflight limit; retry after the Retry-After delay", max))
+				return
+			}
+			defer s.active.Add(-1)
+		}
 		pin := r.Header.Get(HeaderPinWorker)
 		if pin != "" && !s.adminAuthorized(r) {
 			s.fail(w, &apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
@@ -108,6 +116,9 @@ func (s *Server) fail(w http.ResponseWriter, e *apiError) {
 	if !e.counted {
 		s.m.errors.WithLabelValues(e.kind).Inc()
 	}
+	if e.retryAfter != "" {
+		w.Header().Set("Retry-After", e.retryAfter)
+	}
 	openai.WriteError(w, e.status, e.typ, e.param, e.msg)
 }
 
@@ -132,6 +143,9 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			return s.unavailable(workers)
 		}
 		serving = s.routable(serving)
+		if serving = s.withRoom(serving); len(serving) == 0 {
+			return s.shedError("worker", fmt.Sprintf("frontend: every worker has %d requests in flight, the --max-inflight-per-worker limit; retry after the Retry-After delay", s.cfg.MaxInflightPerWorker))
+		}
 		var aerr *apiError
 		if rt, aerr = s.plan(ctx, pr, reqID, workers, serving); aerr != nil {
 			return aerr
@@ -219,6 +233,35 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		}
 		rt.target, rt.overlap, rt.tiers, rt.policy = rest[i], dec.OverlapBlocks, dec.TierBlocks, dec.Policy
 	}
+}
+
+// shedRetryAfter is the Retry-After of a shed request, in seconds: about
+// the time a short completion takes to free a slot.
+const shedRetryAfter = "1"
+
+// shed answers 429 with Retry-After and counts it.
+func (s *Server) shed(w http.ResponseWriter, scope, msg string) {
+	s.fail(w, s.shedError(scope, msg))
+}
+
+func (s *Server) shedError(scope, msg string) *apiError {
+	s.m.shed.WithLabelValues(scope).Inc()
+	return &apiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, msg: msg, kind: errKindShed, retryAfter: shedRetryAfter}
+}
+
+// withRoom drops workers at MaxInflightPerWorker.
+func (s *Server) withRoom(ws []Worker) []Worker {
+	max := int64(s.cfg.MaxInflightPerWorker)
+	if max <= 0 {
+		return ws
+	}
+	out := ws[:0:0]
+	for _, w := range ws {
+		if s.inflightCounter(w.ID).Load() < max {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // servingWorkers are the workers that may take a client request: aggregated

@@ -23,22 +23,26 @@ const (
 	errKindProbe          = "probe_failed"
 	errKindPredict        = "predict_failed"
 	errKindWorkerGone     = "worker_gone" // the worker left the registry with the request in flight
+	errKindClientSlow     = "client_slow" // body too slow, or a stream the client stopped reading
+	errKindShed           = "shed"        // refused with 429 by --max-inflight
 )
 
 // metrics are every collector the frontend defines. Router, event and gate
 // metrics belong to their packages and share the registry.
 type metrics struct {
-	requests   *prometheus.CounterVec   // endpoint, code
-	duration   *prometheus.HistogramVec // endpoint
-	ttft       prometheus.Histogram
-	itl        prometheus.Histogram
-	cacheHit   prometheus.Counter
-	promptToks prometheus.Counter
-	errors     *prometheus.CounterVec // kind
-	retries    prometheus.Counter
-	fallbacks  prometheus.Counter
-	ejections  prometheus.Counter
-	cancelled  prometheus.Counter
+	requests    *prometheus.CounterVec   // endpoint, code
+	duration    *prometheus.HistogramVec // endpoint
+	ttft        prometheus.Histogram
+	itl         prometheus.Histogram
+	cacheHit    prometheus.Counter
+	promptToks  prometheus.Counter
+	errors      *prometheus.CounterVec // kind
+	retries     prometheus.Counter
+	fallbacks   prometheus.Counter
+	ejections   prometheus.Counter
+	connRefused prometheus.Counter
+	shed        *prometheus.CounterVec // scope
+	cancelled   prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -95,8 +99,16 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "switchyard_worker_gone_cancels_total",
 			Help: "Requests in flight cancelled because their worker left the registry without deregistering.",
 		}),
+		connRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "switchyard_client_connections_refused_total",
+			Help: "Client connections answered 503 and closed because MaxConnections were open.",
+		}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_shed_total",
+			Help: "Requests refused with 429 by load shedding: scope global (--max-inflight) or worker (every candidate at --max-inflight-per-worker).",
+		}, []string{"scope"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("frontend: register metrics: %w", err)
 		}

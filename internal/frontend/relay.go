@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		h := w.Header()
 		h.Set("Content-Type", resp.Header.Get("Content-Type"))
 		s.setRouteHeaders(h, rt, s.cfg.BlockSize)
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.ClientStallTimeout))
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(data)
 		return forwardResult{}, nil
@@ -199,7 +201,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	s.setRouteHeaders(h, rt, s.cfg.BlockSize)
 	w.WriteHeader(resp.StatusCode)
 
-	st := relayState{start: start, workerID: wk.ID, requestID: reqID}
+	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout}
 	fl, _ := w.(http.Flusher)
 	err = s.relayStream(w, fl, br, idle, &st)
 	if st.hasUsage {
@@ -213,7 +215,14 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	var we *clientWriteError
 	ue := classify(err, errKindUpstreamStream, false)
-	if errors.As(err, &we) || ue.clientGone {
+	if errors.As(err, &we) && errors.Is(we.err, os.ErrDeadlineExceeded) {
+		// The client stopped reading: returning cancels the upstream
+		// request, so the worker stops generating for nobody.
+		s.m.errors.WithLabelValues(errKindClientSlow).Inc()
+		s.log.Warn("client stopped reading its stream; cancelled upstream", "request_id", reqID, "worker", wk.ID, "stall", s.cfg.ClientStallTimeout)
+		return forwardResult{ttft: st.ttft}, nil
+	}
+	if we != nil || ue.clientGone {
 		s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
 		return forwardResult{ttft: st.ttft}, nil
 	}
@@ -266,6 +275,30 @@ type relayState struct {
 	atBoundary bool // the bytes written so far end on an event boundary
 	hasUsage   bool
 	usage      openai.Usage
+
+	// rc, when set, gets a write deadline stall ahead of every write, moved
+	// at most every stall/8 (a deadline per SSE line would cost more than
+	// the line): a client that stops reading is cut off after 7/8·stall to
+	// stall of blocked writes.
+	rc       *http.ResponseController
+	stall    time.Duration
+	extendAt time.Time
+}
+
+// extendDeadline moves the client write deadline forward if it is due.
+func (st *relayState) extendDeadline() {
+	if st.rc == nil {
+		return
+	}
+	now := time.Now()
+	if now.Before(st.extendAt) {
+		return
+	}
+	if st.rc.SetWriteDeadline(now.Add(st.stall)) != nil {
+		st.rc = nil // the writer cannot take deadlines
+		return
+	}
+	st.extendAt = now.Add(st.stall / 8)
 }
 
 var (
@@ -293,7 +326,10 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 	midLine, pending := false, false
 	for {
 		if pending && !lineBuffered(br) {
-			flush(fl)
+			st.extendDeadline()
+			if err := st.flush(fl); err != nil {
+				return &clientWriteError{err: err}
+			}
 			pending = false
 		}
 		if idle != nil {
@@ -301,6 +337,7 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 		}
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
+			st.extendDeadline()
 			if _, werr := dst.Write(line); werr != nil {
 				return &clientWriteError{err: werr}
 			}
@@ -354,6 +391,16 @@ func lineBuffered(br *bufio.Reader) bool {
 	}
 	b, _ := br.Peek(n) // never blocks: n bytes are buffered
 	return bytes.IndexByte(b, '\n') >= 0
+}
+
+// flush flushes to the client and reports a failed write (a stalled
+// client past its deadline), which http.Flusher cannot.
+func (st *relayState) flush(fl http.Flusher) error {
+	if st.rc != nil {
+		return st.rc.Flush()
+	}
+	flush(fl)
+	return nil
 }
 
 func flush(fl http.Flusher) {

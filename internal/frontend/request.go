@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -33,7 +35,8 @@ type apiError struct {
 	kind   string // switchyard_errors_total label
 	// counted: the failure was counted in switchyard_errors_total where it
 	// happened (a failed upstream attempt), so fail must not count it again.
-	counted bool
+	counted    bool
+	retryAfter string // Retry-After header, in seconds, if set
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -54,12 +57,27 @@ type parsedRequest struct {
 
 // readRequest reads, bounds, decodes, validates and tokenizes a request.
 func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint) (*parsedRequest, *apiError) {
+	// A client that trickles its body holds a connection and a goroutine:
+	// bound the read, then lift the deadline for the rest of the exchange
+	// (a stream may run for minutes, watched by the write deadline instead).
+	rc := http.NewResponseController(w)
+	deadlineSet := rc.SetReadDeadline(time.Now().Add(s.cfg.ClientReadTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if deadlineSet && err == nil {
+		// Only on success: after a failed read net/http drains the rest of
+		// the body before answering, which must stay bounded.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, typ: openai.TypeInvalidRequest,
 				msg: fmt.Sprintf("frontend: request body exceeds %d bytes", mbe.Limit), kind: errKindBadRequest}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return nil, &apiError{status: http.StatusRequestTimeout, typ: openai.TypeInvalidRequest, kind: errKindClientSlow,
+				msg: fmt.Sprintf("frontend: request body not received within %v; send it at once", s.cfg.ClientReadTimeout)}
 		}
 		return nil, badRequest("", "frontend: read request body: %v", err)
 	}

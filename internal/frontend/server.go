@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -74,6 +76,9 @@ type Server struct {
 	// and read-mostly.
 	inflight sync.Map
 
+	conns  atomic.Int64 // open client connections, through Listener
+	active atomic.Int64 // completion requests being served, for MaxInflight
+
 	closing   chan struct{} // closed by Close: stops ejection probes
 	closeOnce sync.Once
 	probeWG   sync.WaitGroup
@@ -102,6 +107,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
+	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "switchyard_client_connections",
+		Help: "Client connections open through the frontend's listener.",
+	}, func() float64 { return float64(s.conns.Load()) })
+	if err := cfg.Registry.Register(open); err != nil {
+		return nil, fmt.Errorf("frontend: register metrics: %w", err)
+	}
 	s.reqPrefix = "sy-" + strconv.FormatInt(s.started.UnixNano()%1e12, 36) + "-"
 	s.transport = &http.Transport{
 		Proxy:       nil,
@@ -131,6 +143,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("PUT /admin/disagg", s.admin(s.handlePutDisagg))
 	s.mux.HandleFunc("POST /admin/disagg/predict", s.admin(s.handlePredict))
 	s.mux.HandleFunc("GET /admin/cluster", s.admin(s.handleCluster))
+	if cfg.Pprof {
+		// Profiles expose internals and cost CPU: admin only.
+		s.mux.HandleFunc("GET /debug/pprof/", s.admin(pprof.Index))
+		s.mux.HandleFunc("GET /debug/pprof/cmdline", s.admin(pprof.Cmdline))
+		s.mux.HandleFunc("GET /debug/pprof/profile", s.admin(pprof.Profile))
+		s.mux.HandleFunc("GET /debug/pprof/symbol", s.admin(pprof.Symbol))
+		s.mux.HandleFunc("GET /debug/pprof/trace", s.admin(pprof.Trace))
+	}
 	s.endpoints = map[string]string{
 		"POST /v1/chat/completions": endpointChat.name,
 		"POST /v1/completions":      endpointCompletions.name,

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/frontend"
@@ -58,6 +60,16 @@ type FrontendConfig struct {
 	RequestTimeout time.Duration // whole upstream exchange, and a non-streaming generation
 	MaxBodyBytes   int64         // request body limit
 	EjectAfter     int           // consecutive connect failures that eject a worker; 0: 2
+
+	// Client-side bounds; zero takes the defaults (see frontend.Config).
+	ClientHeaderTimeout  time.Duration // reading a request's headers; 0: 10 s
+	ClientReadTimeout    time.Duration // reading its body
+	ClientIdleTimeout    time.Duration // an idle keep-alive connection; 0: 60 s
+	ClientStallTimeout   time.Duration // a client that stopped reading
+	MaxConnections       int
+	MaxInflight          int
+	MaxInflightPerWorker int
+	Pprof                bool // /debug/pprof/ behind the admin key
 
 	SilenceAfter time.Duration // KV events; 0: the kvevents default
 
@@ -127,6 +139,13 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
+	}
+	// go_goroutines, go_memstats_*, process_resident_memory_bytes: leaks
+	// and growth show on /metrics. A registry that has them already is fine.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := cfg.Registry.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			return nil, fmt.Errorf("node: runtime metrics: %w", err)
+		}
 	}
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
@@ -240,7 +259,9 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	f.server, err = frontend.New(frontend.Config{
 		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
-		EjectAfter: cfg.EjectAfter,
+		EjectAfter: cfg.EjectAfter, ClientReadTimeout: cfg.ClientReadTimeout, ClientStallTimeout: cfg.ClientStallTimeout,
+		MaxConnections: cfg.MaxConnections, MaxInflight: cfg.MaxInflight, MaxInflightPerWorker: cfg.MaxInflightPerWorker,
+		Pprof:      cfg.Pprof,
 		DisaggMode: string(mode), SettingsChanged: settingsChanged, Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share}, Events: a, Gate: a, Index: a,
@@ -264,9 +285,15 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		})
 	}
 	f.url = "http://" + ln.Addr().String()
-	f.http = &http.Server{Handler: f.server.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout or WriteTimeout: streams run for minutes. The body
+	// read and every write are bounded per request instead (frontend.Config
+	// ClientReadTimeout, ClientStallTimeout).
+	f.http = &http.Server{Handler: f.server.Handler(),
+		ReadHeaderTimeout: cmp.Or(cfg.ClientHeaderTimeout, 10*time.Second),
+		IdleTimeout:       cmp.Or(cfg.ClientIdleTimeout, 60*time.Second),
+	}
 	f.goRun("http", func() error {
-		if err := f.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := f.http.Serve(f.server.Listener(ln)); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
