@@ -45,6 +45,12 @@ VP="sylbp$SUF"; VD="sylbd$SUF"
 VP=${VP:0:15}; VD=${VD:0:15}
 IPP=198.18.0.1; IPD=198.18.0.2
 ADMIN=linkbench
+# The frontend's embedded NATS requires logins: workers log in with passwords
+# derived from this secret (switchyard nats-password), and the frontend sends
+# the worker key to their probe and admin endpoints.
+SWITCHYARD_NATS_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+SWITCHYARD_WORKER_KEY=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export SWITCHYARD_NATS_SECRET SWITCHYARD_WORKER_KEY
 WORK=$(mktemp -d /tmp/linkbench.XXXXXX)
 [ -n "$OUT" ] || OUT="$WORK/results"
 mkdir -p "$OUT"
@@ -135,10 +141,12 @@ deploy() {
   local label=$1 nd=$2 i
   start "$NSD" frontend "$SY" frontend --http-addr "$IPD:8000" --nats-addr "$IPD:4222" \
     --admin-key "$ADMIN" --link-label "$label (tc tbf)" --log-level warn
-  start "$NSP" prefill-1 "$SY" worker --nats "nats://$IPD:4222" --role prefill --id prefill-1 \
+  start "$NSP" prefill-1 env SWITCHYARD_NATS_PASSWORD="$("$SY" nats-password --id prefill-1)" \
+    "$SY" worker --nats "nats://$IPD:4222" --role prefill --id prefill-1 \
     --http-addr "$IPP:8101" --kvxfer-addr "$IPP:9101" --log-level warn
   for i in $(seq 1 "$nd"); do
-    start "$NSD" "decode-$i" "$SY" worker --nats "nats://$IPD:4222" --role decode --id "decode-$i" \
+    start "$NSD" "decode-$i" env SWITCHYARD_NATS_PASSWORD="$("$SY" nats-password --id "decode-$i")" \
+      "$SY" worker --nats "nats://$IPD:4222" --role decode --id "decode-$i" \
       --http-addr "$IPD:820$i" --log-level warn
   done
   wait_links "http://$IPD:8000" "$nd"

@@ -36,6 +36,9 @@ type EmbeddedConfig struct {
 	ReadyTimeout time.Duration
 	// Logger receives the server's log; nil silences it.
 	Logger *slog.Logger
+	// Auth, when set, makes every client authenticate (see EmbeddedAuth);
+	// nil leaves the server open to anyone who can reach it.
+	Auth *EmbeddedAuth
 }
 
 // ClusterConfig joins an embedded server to a cluster over NATS routes.
@@ -73,6 +76,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	if opts.MaxPayload == 0 {
 		opts.MaxPayload = 8 << 20
+	}
+	if a := cfg.Auth; a != nil {
+		if err := a.validate(); err != nil {
+			return nil, err
+		}
+		opts.CustomClientAuthentication = authenticator{auth: *a}
 	}
 	e := &Embedded{}
 	if !cfg.DisableJetStream {

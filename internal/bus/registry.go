@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
 	"sync"
 	"time"
 
@@ -293,6 +296,48 @@ func CheckCompatible(w WorkerInfo, model string, blockSize int) error {
 	}
 	if blockSize != 0 && w.BlockSize != blockSize {
 		return fmt.Errorf("bus: worker %s uses block size %d but the frontend uses %d; its KV events would be mis-indexed", w.ID, w.BlockSize, blockSize)
+	}
+	return nil
+}
+
+// CheckNetworks reports why a worker's addresses fall outside networks; nil
+// means they are inside, or networks is empty. Its HTTP URL's host and its
+// kvxfer address's host must be IP addresses (a name could resolve anywhere
+// later) inside one of the networks: a registry entry that points the
+// frontend, or a decode worker, at an address outside the deployment is how
+// a forged entry would steal prompts or turn workers into port scanners.
+func CheckNetworks(w WorkerInfo, networks []netip.Prefix) error {
+	if len(networks) == 0 {
+		return nil
+	}
+	check := func(what, hostport string) error {
+		host, _, err := net.SplitHostPort(hostport)
+		if err != nil {
+			host = hostport
+		}
+		ip, err := netip.ParseAddr(host)
+		if err != nil {
+			return fmt.Errorf("bus: worker %s: %s host %q is not an IP address; with --worker-networks set, workers must register IP addresses", w.ID, what, host)
+		}
+		ip = ip.Unmap()
+		for _, n := range networks {
+			if n.Contains(ip) {
+				return nil
+			}
+		}
+		// The address itself goes to the log, not into the reason: /health
+		// shows reasons to anyone.
+		return fmt.Errorf("bus: worker %s: %s is outside --worker-networks", w.ID, what)
+	}
+	u, err := url.Parse(w.HTTPURL)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("bus: worker %s: http url %q does not parse", w.ID, w.HTTPURL)
+	}
+	if err := check("http url", u.Host); err != nil {
+		return err
+	}
+	if w.KVXferAddr != "" {
+		return check("kvxfer address", w.KVXferAddr)
 	}
 	return nil
 }

@@ -51,9 +51,16 @@ func (s Subjects) Load(worker string) string { return "sy." + s.ns() + ".load." 
 // LoadAll matches every worker's load subject.
 func (s Subjects) LoadAll() string { return "sy." + s.ns() + ".load.*" }
 
-// Transfers is where decode workers report each completed KV pull, so
+// Transfers is where decode worker reports each completed KV pull, so
 // frontends can keep their link estimates current.
-func (s Subjects) Transfers() string { return "sy." + s.ns() + ".xfer" }
+func (s Subjects) Transfers(worker string) string { return "sy." + s.ns() + ".xfer." + worker }
+
+// TransfersAll matches every worker's transfer subject.
+func (s Subjects) TransfersAll() string { return "sy." + s.ns() + ".xfer.*" }
+
+// TransfersPrefix is Transfers without the worker: the worker ID is the
+// rest of the subject.
+func (s Subjects) TransfersPrefix() string { return "sy." + s.ns() + ".xfer." }
 
 // Replicas is where frontend replicas share their routing state: in-flight
 // requests, approximate-index decisions, link probes and admin settings.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -74,6 +75,9 @@ type WatchConfig struct {
 	// watcher's goroutine and outside its lock. It must not block for long.
 	OnChange func(Change)
 	Logger   *slog.Logger
+	// Networks, when set, are the only networks a worker's HTTP URL and
+	// kvxfer address may be in (see CheckNetworks); others are refused.
+	Networks []netip.Prefix
 }
 
 // Watcher is a live view of the registry. Routable workers are those with a
@@ -335,6 +339,8 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 	} else if ne.info.ID != key {
 		ne.refused = fmt.Sprintf("bus: registry key %s holds worker id %q", key, ne.info.ID)
 	} else if err := CheckCompatible(ne.info, w.cfg.Model, w.cfg.BlockSize); err != nil {
+		ne.refused = err.Error()
+	} else if err := CheckNetworks(ne.info, w.cfg.Networks); err != nil {
 		ne.refused = err.Error()
 	}
 	w.entries[key] = ne

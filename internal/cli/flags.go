@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,7 @@ type busFlags struct {
 	nats        string
 	namespace   string
 	registryTTL time.Duration
+	login       natsAuthFlags
 }
 
 func (b *busFlags) add(fs *flag.FlagSet, natsHelp string) {
@@ -108,6 +110,17 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "requests open on one worker at most; when every worker is full, 429 with Retry-After (0: no limit)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles at /debug/pprof/ (admin access required)")
 	fs.IntVar(&c.EjectAfter, "eject-after", 2, "consecutive connect failures that eject a worker from routing until a health probe answers (one timeout ejects at once)")
+	fs.Func("worker-networks", "CIDR,...: refuse workers whose URL or kvxfer address is outside these networks (they show in /health as refused)", func(s string) error {
+		c.WorkerNetworks = nil
+		for _, p := range splitList(s) {
+			n, err := netip.ParsePrefix(p)
+			if err != nil {
+				return fmt.Errorf("%q is not a CIDR network (e.g. 10.0.0.0/8, 127.0.0.1/32)", p)
+			}
+			c.WorkerNetworks = append(c.WorkerNetworks, n.Masked())
+		}
+		return nil
+	})
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 10*time.Minute, "longest upstream exchange; also bounds a non-streaming generation")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 8<<20, "largest request body accepted; larger gets 413")
 	fs.DurationVar(&c.SilenceAfter, "kv-silence-after", 0, "mark a worker's KV events silent after this long without a batch (0: 2.5 s)")
@@ -238,12 +251,12 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 }
 
 // connectBus connects to --nats, failing fast with advice.
-func connectBus(ctx context.Context, url, name string) (*nats.Conn, error) {
+func connectBus(ctx context.Context, url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nc, err := bus.Connect(cctx, url, name)
+	nc, err := bus.Connect(cctx, url, name, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is the NATS server or `switchyard frontend` running? check --nats)", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is the NATS server or `switchyard frontend` running? check --nats and the NATS login)", bus.RedactURL(url), err)
 	}
 	return nc, nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -33,6 +34,7 @@ func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
 	fs.IntVar(&f.node.BlockSize, "block-size", 16, "KV block size; workers with another are refused")
 	frontendFlags(fs, &f.node)
 	f.bus.add(fs, "NATS URL (empty: run an embedded NATS server, see --nats-addr)")
+	f.bus.login.add(fs, true)
 	fs.StringVar(&f.natsAddr, "nats-addr", "127.0.0.1:4222", "embedded NATS listen address, when --nats is empty (port 0 picks one)")
 	fs.StringVar(&f.linkLabel, "link-label", "", "label links in reports, e.g. \"1 Gbit/s (emulated)\" when workers emulate the link")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -51,46 +53,96 @@ func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
 	return f, -1
 }
 
-// startBus returns a connection to natsURL, or to a new embedded server on
-// addr when natsURL is empty. close releases both.
-func startBus(ctx context.Context, natsURL, addr, name string, env Env) (nc *nats.Conn, url string, closeFn func(), err error) {
-	var emb *bus.Embedded
-	if natsURL == "" {
-		host, portStr, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("--nats-addr %q: %w", addr, err)
-		}
-		port, err := strconv.Atoi(portStr)
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("--nats-addr %q: bad port", addr)
-		}
-		if port == 0 {
-			port = -1 // nats-server's "pick a free port"
-		} else if ln, err := net.Listen("tcp", addr); err != nil {
-			// nats-server only says so after its 10 s readiness wait.
-			return nil, "", nil, fmt.Errorf("embedded NATS: %w (pick another with --nats-addr, 0 for a free one, or use a running server with --nats)", err)
-		} else {
-			ln.Close()
-		}
-		emb, err = bus.StartEmbedded(bus.EmbeddedConfig{Host: host, Port: port})
-		if err != nil {
-			return nil, "", nil, fmt.Errorf("start embedded NATS on %s: %w (is the port taken? pick another with --nats-addr)", addr, err)
-		}
-		natsURL = emb.ClientURL()
+// busConn is a process's connection to the bus, and what it knows to let
+// workers join.
+type busConn struct {
+	nc  *nats.Conn
+	url string // what clients dial; print it with bus.RedactURL
+	// secret is the embedded server's deployment secret when it requires
+	// logins; nil otherwise.
+	secret []byte
+	// secretPath is the 0600 file a generated secret was written to.
+	secretPath string
+	// login is the options the frontend connected with, for workers of
+	// the same process when the server is external.
+	login []nats.Option
+	emb   *bus.Embedded
+}
+
+// workerOptions are the login options worker id uses on this bus: its own
+// user when the embedded server requires logins, else the process's.
+func (b *busConn) workerOptions(id string) []nats.Option {
+	opts := []nats.Option{nats.CustomInboxPrefix(bus.WorkerInboxPrefix(id))}
+	if b.secret != nil {
+		u := bus.WorkerUser(id)
+		return append(opts, nats.UserInfo(u, bus.Password(b.secret, u)))
 	}
-	nc, err = connectBus(ctx, natsURL, name)
+	return append(opts, b.login...)
+}
+
+func (b *busConn) close() {
+	b.nc.Close()
+	if b.emb != nil {
+		b.emb.Close()
+	}
+}
+
+// startBus connects to --nats, or starts an embedded server on addr when it
+// is empty. An embedded server requires logins unless --nats-auth=false:
+// the process logs in as the frontend, and workers with passwords derived
+// from the deployment secret (secretDir, if set, is where a generated one is
+// written).
+func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, secretDir string) (*busConn, error) {
+	b := &busConn{url: bf.nats}
+	if bf.nats != "" {
+		opts, err := bf.login.options(os.Getenv, "", "")
+		if err != nil {
+			return nil, err
+		}
+		b.login = opts
+		if b.nc, err = connectBus(ctx, bf.nats, name, opts...); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	if bf.login.hasLogin(os.Getenv) {
+		return nil, errors.New("--nats-user, --nats-password-file, --nats-creds and --nats-nkey (and $" + envNATSUser + ", $" + envNATSPassword +
+			") log in to an external server given with --nats; the embedded server makes its own logins (see --nats-secret-file)")
+	}
+	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
-		if emb != nil {
-			emb.Close()
-		}
-		return nil, "", nil, err
+		return nil, fmt.Errorf("--nats-addr %q: %w", addr, err)
 	}
-	return nc, natsURL, func() {
-		nc.Close()
-		if emb != nil {
-			emb.Close()
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("--nats-addr %q: bad port", addr)
+	}
+	if port == 0 {
+		port = -1 // nats-server's "pick a free port"
+	} else if ln, err := net.Listen("tcp", addr); err != nil {
+		// nats-server only says so after its 10 s readiness wait.
+		return nil, fmt.Errorf("embedded NATS: %w (pick another with --nats-addr, 0 for a free one, or use a running server with --nats)", err)
+	} else {
+		ln.Close()
+	}
+	ecfg := bus.EmbeddedConfig{Host: host, Port: port}
+	var opts []nats.Option
+	if bf.login.auth {
+		if b.secret, b.secretPath, err = bf.login.secret(os.Getenv, secretDir, "switchyard-nats"); err != nil {
+			return nil, err
 		}
-	}, nil
+		ecfg.Auth = &bus.EmbeddedAuth{Secret: b.secret, Subjects: subj}
+		opts = append(opts, nats.UserInfo(bus.UserFrontend, bus.Password(b.secret, bus.UserFrontend)))
+	}
+	if b.emb, err = bus.StartEmbedded(ecfg); err != nil {
+		return nil, fmt.Errorf("start embedded NATS on %s: %w (is the port taken? pick another with --nats-addr)", addr, err)
+	}
+	b.url = b.emb.ClientURL()
+	if b.nc, err = connectBus(ctx, b.url, name, opts...); err != nil {
+		b.emb.Close()
+		return nil, err
+	}
+	return b, nil
 }
 
 func runFrontend(ctx context.Context, args []string, env Env) int {
@@ -111,22 +163,42 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	cfg.RegistryTTL = f.bus.registryTTL
-	nc, natsURL, closeBus, err := startBus(ctx, f.bus.nats, f.natsAddr, "switchyard-frontend", env)
+	bc, err := startBus(ctx, f.bus, cfg.Subjects, f.natsAddr, "switchyard-frontend", os.TempDir())
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
 		return ExitFail
 	}
-	defer closeBus()
-	cfg.NC = nc
+	defer bc.close()
+	if bc.secretPath != "" {
+		defer os.Remove(bc.secretPath)
+	}
+	cfg.NC = bc.nc
 	fe, err := node.StartFrontend(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
 		return ExitFail
 	}
 	defer fe.Close()
+	natsURL := bus.RedactURL(bc.url)
 	fmt.Fprintf(env.Stdout, "nats: %s\n", natsURL)
 	fmt.Fprintf(env.Stdout, "ready: %s\n", fe.URL())
-	fmt.Fprintf(env.Stderr, "start workers with: switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101\n", natsURL, f.bus.namespace)
+	switch {
+	case bc.secret != nil:
+		where := "the secret you gave"
+		secretArg := ""
+		if bc.secretPath != "" {
+			where = "a new secret in " + bc.secretPath + " (0600, removed at exit)"
+			secretArg = " --secret-file " + bc.secretPath
+		}
+		fmt.Fprintf(env.Stderr, "embedded NATS requires logins; worker passwords derive from %s.\n"+
+			"start a worker with its own password:\n  SWITCHYARD_NATS_PASSWORD=$(switchyard nats-password%s --id w1) switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101\n",
+			where, secretArg, natsURL, f.bus.namespace)
+	case f.bus.nats == "":
+		fmt.Fprintf(env.Stderr, "embedded NATS is open (--nats-auth=false): anyone who reaches it can register a worker.\n"+
+			"start workers with: switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101\n", natsURL, f.bus.namespace)
+	default:
+		fmt.Fprintf(env.Stderr, "start workers with: switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101 (and their NATS login)\n", natsURL, f.bus.namespace)
+	}
 	<-ctx.Done()
 	return ExitOK
 }

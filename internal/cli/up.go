@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
@@ -44,6 +46,7 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	engineFlags(fs, &u.engine)
 	frontendFlags(fs, &u.frontend)
 	u.bus.add(fs, "NATS URL (empty: embedded server on --nats-addr)")
+	u.bus.login.add(fs, true)
 	fs.StringVar(&u.natsAddr, "nats-addr", "127.0.0.1:0", "embedded NATS listen address (port 0 picks a free one)")
 	tlsFlags(fs, &u.tls)
 	fs.StringVar(&u.kvxferTLS, "kvxfer-tls", "", "auto: mutual TLS between the workers' KV transfers, with certificates generated in memory for this run")
@@ -128,11 +131,14 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	}
 	wtmpl.WorkerKey = u.frontend.WorkerKey
 
-	nc, natsURL, closeBus, err := startBus(ctx, u.bus.nats, u.natsAddr, "switchyard-up", env)
+	// The secret of up's own embedded server never leaves this process:
+	// each worker below logs in with the password derived for its id.
+	bc, err := startBus(ctx, u.bus, subj, u.natsAddr, "switchyard-up", "")
 	if err != nil {
 		return fail(ExitFail, err)
 	}
-	defer closeBus()
+	defer bc.close()
+	nc, natsURL := bc.nc, bus.RedactURL(bc.url)
 
 	fcfg := u.frontend
 	fcfg.NC, fcfg.Subjects, fcfg.RegistryTTL, fcfg.Logger = nc, subj, u.bus.registryTTL, log
@@ -164,9 +170,13 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	}
 	fmt.Fprintf(env.Stderr, "starting %d workers (%s on %s)...\n", len(specs), u.engine.Model, u.engine.GPU)
 	var workers []*node.Worker
+	var conns []*nats.Conn
 	defer func() {
 		for _, w := range workers {
 			_ = w.Close()
+		}
+		for _, c := range conns { // after the workers: they deregister over them
+			c.Close()
 		}
 	}()
 	for i, s := range specs {
@@ -174,7 +184,14 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		wc.Sim = u.engine
 		wc.Sim.ID, wc.Sim.Role = s.id, s.role
 		wc.HTTPAddr = "127.0.0.1:0"
-		wc.NC, wc.Subjects, wc.RegistryTTL, wc.Logger = nc, subj, u.bus.registryTTL, log
+		// Each worker has its own connection and login, so the server
+		// holds it to its own id as it would a worker on another host.
+		wnc, err := connectBus(ctx, bc.url, "switchyard-up-"+s.id, bc.workerOptions(s.id)...)
+		if err != nil {
+			return fail(ExitFail, err)
+		}
+		conns = append(conns, wnc)
+		wc.NC, wc.Subjects, wc.RegistryTTL, wc.Logger = wnc, subj, u.bus.registryTTL, log
 		wc.KVEventsOff = i >= len(specs)-u.eventsOff
 		if s.role == bus.RolePrefill {
 			wc.LinkRate = rate

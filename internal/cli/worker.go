@@ -34,6 +34,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.StringVar(&f.node.Sim.Role, "role", "aggregated", "aggregated, prefill or decode")
 	engineFlags(fs, &f.node.Sim)
 	f.bus.add(fs, "NATS URL to register and publish KV events on (empty: standalone, no registration)")
+	f.bus.login.add(fs, false)
 	fs.BoolVar(&f.eventsOn, "kv-events", true, "publish KV events (false demonstrates the frontend's health check)")
 	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port)")
 	tlsFlags(fs, &f.tls)
@@ -99,7 +100,12 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 			fmt.Fprintf(env.Stderr, "switchyard worker: --namespace: %v\n", err)
 			return ExitUsage
 		}
-		nc, err := connectBus(ctx, f.bus.nats, "switchyard-worker-"+cfg.Sim.ID)
+		opts, err := f.bus.login.options(os.Getenv, bus.WorkerUser(cfg.Sim.ID), bus.WorkerInboxPrefix(cfg.Sim.ID))
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+			return ExitUsage
+		}
+		nc, err := connectBus(ctx, f.bus.nats, "switchyard-worker-"+cfg.Sim.ID, opts...)
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 			return ExitFail

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +80,9 @@ type FrontendConfig struct {
 	// random).
 	ShareState bool
 	ReplicaID  string
+	// WorkerNetworks, when set, refuses workers whose HTTP URL or kvxfer
+	// address is outside them (bus.CheckNetworks).
+	WorkerNetworks []netip.Prefix
 
 	// LinkLabel marks every link as emulated in reports, e.g.
 	// "1 Gbit/s (emulated)"; empty for real links.
@@ -207,7 +212,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	if err != nil {
 		return nil, err
 	}
-	if f.watcher, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log}); err != nil {
+	if f.watcher, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log, Networks: cfg.WorkerNetworks}); err != nil {
 		return nil, err
 	}
 	if err = f.watcher.Register(cfg.Registry); err != nil {
@@ -220,7 +225,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		return nil, err
 	}
 	f.subs = append(f.subs, sub)
-	sub, err = cfg.NC.Subscribe(cfg.Subjects.Transfers(), f.observeTransfer)
+	sub, err = cfg.NC.Subscribe(cfg.Subjects.TransfersAll(), f.observeTransfer)
 	if err != nil {
 		return nil, fmt.Errorf("node: subscribe to transfers: %w", err)
 	}
@@ -424,6 +429,11 @@ func (f *Frontend) load(id string) (bus.LoadReport, bool) {
 func (f *Frontend) observeTransfer(m *nats.Msg) {
 	var t TransferReport
 	if err := json.Unmarshal(m.Data, &t); err != nil || t.From == "" || t.To == "" || t.Seconds <= 0 || t.Bytes <= 0 {
+		return
+	}
+	// A worker reports only its own pulls: on an authenticated bus the
+	// subject is the one part of the message the server vouches for.
+	if strings.TrimPrefix(m.Subject, f.cfg.Subjects.TransfersPrefix()) != t.To {
 		return
 	}
 	// Only links between registered workers: a report naming anything else

@@ -256,7 +256,7 @@ func (w *Worker) reportTransfer(t kvxfer.Transfer) {
 		return
 	}
 	b, _ := json.Marshal(TransferReport{From: t.FromEngine, To: w.cfg.Sim.ID, Bytes: t.Bytes, Seconds: t.Duration.Seconds(), UnixNano: time.Now().UnixNano()})
-	_ = w.cfg.NC.Publish(w.cfg.Subjects.Transfers(), b)
+	_ = w.cfg.NC.Publish(w.cfg.Subjects.Transfers(w.cfg.Sim.ID), b)
 }
 
 // ProbeRequest asks a worker to measure the link from a KV transfer server

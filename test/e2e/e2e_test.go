@@ -126,7 +126,8 @@ func TestOpenAIClient(t *testing.T) {
 // of the run succeeded on the remaining workers.
 func TestWorkerKilledMidRun(t *testing.T) {
 	natsRe := regexp.MustCompile(`nats: (nats://[0-9.:]+)`)
-	fe, _ := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--registry-ttl", "2s")
+	login := newNATSLogin(t) // the embedded NATS requires logins
+	fe, _ := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--registry-ttl", "2s", "--nats-secret-file", login.secretFile)
 	var natsURL, url string
 	eventually(t, 10*time.Second, "frontend prints its NATS and HTTP URLs", func() bool {
 		o := fe.output()
@@ -140,7 +141,8 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	})
 	var victim *proc
 	for i := 1; i <= 3; i++ {
-		p, _ := start(t, readyURL, "worker", "--nats", natsURL, "--registry-ttl", "2s", "--id", fmt.Sprintf("w%d", i), "--http-addr", "127.0.0.1:0")
+		id := fmt.Sprintf("w%d", i)
+		p, _ := start(t, readyURL, append([]string{"worker", "--nats", natsURL, "--registry-ttl", "2s", "--id", id, "--http-addr", "127.0.0.1:0"}, login.workerArgs(t, id)...)...)
 		if i == 2 {
 			victim = p
 		}

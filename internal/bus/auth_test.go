@@ -1,0 +1,248 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+func startAuthServer(t testing.TB, subj Subjects) *Embedded {
+	t.Helper()
+	e, err := StartEmbedded(EmbeddedConfig{StoreDir: t.TempDir(), Auth: &EmbeddedAuth{Secret: testSecret, Subjects: subj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func connectAs(t testing.TB, url, user string, extra ...nats.Option) (*nats.Conn, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	opts := append([]nats.Option{nats.UserInfo(user, Password(testSecret, user))}, extra...)
+	nc, err := Connect(ctx, url, t.Name(), opts...)
+	if err == nil {
+		t.Cleanup(nc.Close)
+	}
+	return nc, err
+}
+
+func connectWorker(t testing.TB, url string, id string) *nats.Conn {
+	t.Helper()
+	nc, err := connectAs(t, url, WorkerUser(id), nats.CustomInboxPrefix(WorkerInboxPrefix(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// TestEmbeddedAuthRefusesAnonymous is the field finding: a client with no
+// credentials registered a fake worker. It must not even connect, and must
+// be told at once rather than retried.
+func TestEmbeddedAuthRefusesAnonymous(t *testing.T) {
+	subj := Subjects{Namespace: "t"}
+	e := startAuthServer(t, subj)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if nc, err := Connect(ctx, e.ClientURL(), "anonymous"); err == nil {
+		nc.Close()
+		t.Fatal("an anonymous client connected to the authenticated embedded server")
+	} else if !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("anonymous connect: %v, want an authorization error", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("refused login took %v: it was retried", took)
+	}
+	for _, tc := range []struct{ name, user, pass string }{
+		{"wrong password", UserFrontend, "nope"},
+		{"unknown user", "admin", Password(testSecret, "admin")},
+		{"worker with another's password", WorkerUser("w1"), Password(testSecret, WorkerUser("w2"))},
+		{"bad worker id", WorkerUser("a.b"), Password(testSecret, WorkerUser("a.b"))},
+	} {
+		if nc, err := Connect(ctx, e.ClientURL(), tc.name, nats.UserInfo(tc.user, tc.pass)); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", tc.name)
+		}
+	}
+}
+
+// TestWorkerPermissions checks a worker can do everything it needs under
+// its own id (register, publish events, load and transfers, answer
+// snapshots, watch the registry) and nothing under another's.
+func TestWorkerPermissions(t *testing.T) {
+	subj := Subjects{Namespace: "t"}
+	e := startAuthServer(t, subj)
+	front, err := connectAs(t, e.ClientURL(), UserFrontend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	freg, err := OpenRegistry(ctx, RegistryConfig{NC: front, Subjects: subj, TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := freg.WatchWorkers(ctx, WatchConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+
+	var mu sync.Mutex
+	got := map[string]int{}
+	sub, err := front.Subscribe("sy.t.>", func(m *nats.Msg) { mu.Lock(); got[m.Subject]++; mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	front.Flush()
+
+	w1 := connectWorker(t, e.ClientURL(), "w1")
+	reg, err := OpenRegistry(ctx, RegistryConfig{NC: w1, Subjects: subj, TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatalf("worker opens the registry: %v", err)
+	}
+	g, err := reg.Register(ctx, testWorker("w1"))
+	if err != nil {
+		t.Fatalf("worker registers its own id: %v", err)
+	}
+	defer g.Close()
+	eventually(t, 5*time.Second, "w1 registered", func() bool { _, ok := watch.Worker("w1"); return ok })
+
+	// Its own view of the registry (a decode worker vets kvxfer addresses).
+	wv, err := reg.WatchWorkers(ctx, WatchConfig{})
+	if err != nil {
+		t.Fatalf("worker watches the registry: %v", err)
+	}
+	defer wv.Close()
+	eventually(t, 5*time.Second, "w1 sees itself", func() bool { _, ok := wv.Worker("w1"); return ok })
+
+	// Snapshot request/reply.
+	ssub, err := w1.Subscribe(subj.Snapshot("w1"), func(m *nats.Msg) { m.Respond([]byte("snap")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ssub.Unsubscribe()
+	w1.Flush()
+	if m, err := front.Request(subj.Snapshot("w1"), nil, 3*time.Second); err != nil || string(m.Data) != "snap" {
+		t.Errorf("snapshot request to w1: %v", err)
+	}
+
+	// Registering another worker's id is refused by the server.
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = reg.Register(cctx, testWorker("w2"))
+	cancel()
+	if err == nil {
+		t.Errorf("w1 registered as w2")
+	}
+
+	for _, s := range []string{subj.KVEvents("w1"), subj.Load("w1"), subj.Transfers("w1"),
+		subj.KVEvents("w2"), subj.Load("w2"), subj.Transfers("w2")} {
+		w1.Publish(s, []byte("x"))
+	}
+	w1.Flush()
+	front.Flush()
+	// A round trip through the server after the publishes: anything that
+	// was going to be delivered has been.
+	if _, err := front.Request(subj.Snapshot("w1"), nil, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range []string{subj.KVEvents("w1"), subj.Load("w1"), subj.Transfers("w1")} {
+		if got[s] != 1 {
+			t.Errorf("w1's own %s: delivered %d times, want 1", s, got[s])
+		}
+	}
+	for _, s := range []string{subj.KVEvents("w2"), subj.Load("w2"), subj.Transfers("w2")} {
+		if got[s] != 0 {
+			t.Errorf("w1 published as w2 on %s: delivered %d times, want 0", s, got[s])
+		}
+	}
+	if _, ok := watch.Worker("w2"); ok {
+		t.Errorf("w2 appears in the registry")
+	}
+
+	// A worker cannot read other workers' traffic.
+	if _, err := w1.SubscribeSync(subj.KVEventsAll()); err == nil {
+		w1.Flush()
+		if err := w1.LastError(); err == nil || !strings.Contains(strings.ToLower(err.Error()), "permission") {
+			t.Errorf("w1 subscribed to every worker's events; last error %v", err)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"nats://u:secret@h:4222", "nats://u:xxxxx@h:4222"},
+		{"nats://tok3n@h:4222", "nats://xxxxx@h:4222"},
+		{"nats://a:p1@h1:4222,nats://b:p2@h2:4222", "nats://a:xxxxx@h1:4222,nats://b:xxxxx@h2:4222"},
+	}
+	for _, tc := range tests {
+		if got := RedactURL(tc.in); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if strings.Contains(RedactURL(tc.in), "secret") {
+			t.Errorf("secret left in %q", RedactURL(tc.in))
+		}
+	}
+}
+
+func TestCheckNetworks(t *testing.T) {
+	nets := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}
+	tests := []struct {
+		name, url, kvxfer string
+		ok                bool
+	}{
+		{"inside", "http://10.1.2.3:8000", "10.1.2.3:9000", true},
+		{"loopback host", "http://127.0.0.1:8000", "", true},
+		{"url outside", "http://192.0.2.7:8000", "", false},
+		{"kvxfer outside", "http://10.1.2.3:8000", "192.0.2.7:9000", false},
+		{"host name", "http://evil.example:8000", "", false},
+		{"v4-mapped v6 inside", "http://[::ffff:10.0.0.1]:8000", "", true},
+	}
+	for _, tc := range tests {
+		w := WorkerInfo{ID: "w1", HTTPURL: tc.url, KVXferAddr: tc.kvxfer}
+		if err := CheckNetworks(w, nets); (err == nil) != tc.ok {
+			t.Errorf("%s: CheckNetworks = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+	if err := CheckNetworks(WorkerInfo{ID: "w", HTTPURL: "http://192.0.2.1:1"}, nil); err != nil {
+		t.Errorf("no networks: %v", err)
+	}
+}
+
+// TestWatcherRefusesOutsideNetworks checks an entry outside the networks is
+// never routable and is listed as refused with the reason.
+func TestWatcherRefusesOutsideNetworks(t *testing.T) {
+	e := startServer(t)
+	nc := connect(t, e.ClientURL())
+	reg := openRegistry(t, nc, 0)
+	w, err := reg.WatchWorkers(t.Context(), WatchConfig{Networks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	g, err := reg.Register(t.Context(), testWorker("w1")) // http://127.0.0.1:1/w1
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	eventually(t, 5*time.Second, "w1 refused", func() bool { return len(w.Refused()) == 1 })
+	if r := w.Refused()[0]; !strings.Contains(r.Reason, "outside --worker-networks") {
+		t.Errorf("refusal reason %q", r.Reason)
+	}
+	if _, ok := w.Worker("w1"); ok {
+		t.Errorf("w1 is routable")
+	}
+}
