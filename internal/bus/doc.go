@@ -14,5 +14,14 @@
 // the frontend's is never routable; it is kept in a refused list with the
 // reason, logged at error level and counted.
 //
+// Authentication: an embedded server started with EmbeddedConfig.Auth
+// refuses anonymous clients. The frontend logs in as UserFrontend; worker id
+// as WorkerUser(id) with Password(secret, user), and is held to
+// WorkerPermissions: it may publish only under its own id and read replies
+// only on WorkerInboxPrefix(id). External servers get the same permissions
+// from their own configuration (the CLI's nats-config prints it); Connect
+// takes the login as extra options and fails at once on a refused login.
+// RedactURL hides credentials in any URL that is printed.
+//
 // It does not carry requests or KV blocks: those go over HTTP and kvxfer.
 package bus
