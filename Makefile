@@ -1,7 +1,7 @@
 # Switchyard. `make test` is the one test command: README and CI both use it.
 GO ?= go
 
-.PHONY: all build test unit e2e e2e-deps vet fmt bench tokenizer-deps tokenizer-oracle
+.PHONY: all build test unit e2e e2e-deps vet fmt bench soak tokenizer-deps tokenizer-oracle
 
 all: build
 
@@ -42,3 +42,9 @@ test: vet unit e2e tokenizer-oracle
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
+
+# Ten minutes of mixed load with disconnects against real processes; reports
+# the frontend's goroutines and RSS (start, peak, end). Not part of CI.
+# SOAK_DURATION=2m shortens it.
+soak: build
+	SWITCHYARD_BIN=$(CURDIR)/bin/switchyard $(GO) test -count=1 -v -tags 'e2e soak' -run TestSoak -timeout 30m ./test/e2e/...

@@ -215,14 +215,16 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	var we *clientWriteError
 	ue := classify(err, errKindUpstreamStream, false)
-	if errors.As(err, &we) && errors.Is(we.err, os.ErrDeadlineExceeded) {
+	if st.stalled || ue.clientGone && !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+		// (A failed write also cancels the request's context, so the
+		// relay may see that first, as a failed upstream read.)
 		// The client stopped reading: returning cancels the upstream
 		// request, so the worker stops generating for nobody.
 		s.m.errors.WithLabelValues(errKindClientSlow).Inc()
 		s.log.Warn("client stopped reading its stream; cancelled upstream", "request_id", reqID, "worker", wk.ID, "stall", s.cfg.ClientStallTimeout)
 		return forwardResult{ttft: st.ttft}, nil
 	}
-	if we != nil || ue.clientGone {
+	if errors.As(err, &we) || ue.clientGone {
 		s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
 		return forwardResult{ttft: st.ttft}, nil
 	}
@@ -283,6 +285,16 @@ type relayState struct {
 	rc       *http.ResponseController
 	stall    time.Duration
 	extendAt time.Time
+	deadline time.Time // the write deadline in force
+	stalled  bool      // a write failed at or past the deadline: the client stopped reading
+}
+
+// writeFailed wraps a failed client write, noting whether it was a stall.
+func (st *relayState) writeFailed(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) || !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+		st.stalled = true
+	}
+	return &clientWriteError{err: err}
 }
 
 // extendDeadline moves the client write deadline forward if it is due.
@@ -298,7 +310,7 @@ func (st *relayState) extendDeadline() {
 		st.rc = nil // the writer cannot take deadlines
 		return
 	}
-	st.extendAt = now.Add(st.stall / 8)
+	st.extendAt, st.deadline = now.Add(st.stall/8), now.Add(st.stall)
 }
 
 var (
@@ -328,7 +340,7 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 		if pending && !lineBuffered(br) {
 			st.extendDeadline()
 			if err := st.flush(fl); err != nil {
-				return &clientWriteError{err: err}
+				return st.writeFailed(err)
 			}
 			pending = false
 		}
@@ -339,7 +351,7 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 		if len(line) > 0 {
 			st.extendDeadline()
 			if _, werr := dst.Write(line); werr != nil {
-				return &clientWriteError{err: werr}
+				return st.writeFailed(werr)
 			}
 			st.atBoundary, pending = false, true
 		}
