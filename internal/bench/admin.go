@@ -22,9 +22,13 @@ type Health struct {
 
 // HealthWorker is one worker of GET /health.
 type HealthWorker struct {
-	ID     string `json:"id"`
-	Role   string `json:"role,omitempty"`
-	Events struct {
+	ID   string `json:"id"`
+	Role string `json:"role,omitempty"`
+	// KVBlocks is the worker's KV cache capacity in blocks of BlockSize
+	// tokens; 0 when the frontend does not report it.
+	KVBlocks  int `json:"kv_blocks,omitempty"`
+	BlockSize int `json:"block_size,omitempty"`
+	Events    struct {
 		State string `json:"state,omitempty"`
 	} `json:"events"`
 }

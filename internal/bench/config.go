@@ -42,6 +42,14 @@ type Config struct {
 	PrefixWords  int // prefix length in English words (tokenized with cl100k)
 	SuffixTokens int // unique suffix per request
 	Warmup       int // warm-up requests before measuring, excluded from aggregates
+	// AutoPrefixes sizes Prefixes from the deployment's KV capacity before
+	// the run (SizePrefixes); the CLI sets it unless --prefixes is given.
+	AutoPrefixes bool
+	// PrefixSizing says how the prefix set compares with the deployment's
+	// KV capacity; SizePrefixes sets it.
+	PrefixSizing string
+
+	autoWarmup bool // Warmup was defaulted to one per prefix
 
 	// Disagg scenario.
 	PromptTokens []int // sizes swept, in order
@@ -198,7 +206,7 @@ func (c *Config) Validate() error {
 			bad("--suffix-tokens %d: want 1..%d (each request needs a unique suffix)", c.SuffixTokens, maxPromptTokens)
 		}
 		if c.Warmup < 0 {
-			c.Warmup = c.Prefixes
+			c.Warmup, c.autoWarmup = c.Prefixes, true
 		}
 	case ScenarioDisagg:
 		if len(c.PromptTokens) == 0 {

@@ -112,3 +112,12 @@ func (p *Progress) render(final bool) {
 	fmt.Fprintf(p.w, "\r\x1b[K%-14s [%s%s] %d/%d  failed %d  %.1f req/s  %.0fs%s",
 		p.label, strings.Repeat("#", fill), strings.Repeat(".", width-fill), done, p.total, failed, rate, el, end)
 }
+
+// Note prints one line of information before or between phases; empty
+// notes print nothing.
+func (p *Progress) Note(s string) {
+	if p == nil || s == "" {
+		return
+	}
+	fmt.Fprintf(p.w, "bench: %s\n", s)
+}

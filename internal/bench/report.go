@@ -26,7 +26,11 @@ func WriteJSON(path string, rep *Report) error {
 // side by side, then (disagg) one row per prompt size.
 func WriteTable(w io.Writer, rep *Report) error {
 	fmt.Fprintf(w, "switchyard bench %s  %s  model %s  block %d tokens\n", rep.Scenario, rep.URL, rep.Model, rep.BlockSize)
-	fmt.Fprintf(w, "deployment: status %s, %s\n\n", orDash(rep.Deployment.Status), workersLine(rep.Deployment.Workers))
+	fmt.Fprintf(w, "deployment: status %s, %s\n", orDash(rep.Deployment.Status), workersLine(rep.Deployment.Workers))
+	if rep.Settings.PrefixSizing != "" {
+		fmt.Fprintf(w, "prefixes: %s\n", rep.Settings.PrefixSizing)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(name string, f func(a *Aggregate) string) {
 		fmt.Fprintf(tw, "%s\t", name)

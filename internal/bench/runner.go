@@ -75,6 +75,7 @@ type Settings struct {
 	Concurrency  int      `json:"concurrency"`
 	Rate         float64  `json:"rate"`
 	Seed         int64    `json:"seed"`
+	PrefixSizing string   `json:"prefix_sizing,omitempty"` // the prefix set against the deployment's KV capacity
 	Policies     []string `json:"policies,omitempty"`
 	DisaggModes  []string `json:"disagg_modes,omitempty"`
 	LongShare    float64  `json:"long_share,omitempty"`
@@ -108,6 +109,16 @@ type Group struct {
 // report is returned with the error; requests never sent are counted as
 // errors of kind "not_sent".
 func Run(ctx context.Context, cfg Config, progress *Progress) (*Report, error) {
+	if cfg.Scenario == ScenarioRouting {
+		hc := NewClient(ClientConfig{URL: cfg.URL, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, MaxConns: 1, Timeout: cfg.Timeout})
+		h, err := hc.Health(ctx)
+		hc.Close()
+		if err != nil {
+			return nil, err
+		}
+		SizePrefixes(&cfg, h)
+		progress.Note(cfg.PrefixSizing)
+	}
 	plan, err := BuildPlan(cfg)
 	if err != nil {
 		return nil, err
@@ -353,6 +364,7 @@ func settingsOf(cfg Config, plan Plan) Settings {
 	switch cfg.Scenario {
 	case ScenarioRouting, ScenarioSelftest:
 		s.Requests, s.Prefixes, s.SuffixTokens = cfg.Requests, cfg.Prefixes, cfg.SuffixTokens
+		s.PrefixSizing = cfg.PrefixSizing
 		if cfg.PrefixWords > 0 {
 			s.PrefixWords = cfg.PrefixWords
 		} else {

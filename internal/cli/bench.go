@@ -49,7 +49,7 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")
 	fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "measured requests (routing, selftest)")
-	fs.IntVar(&cfg.Prefixes, "prefixes", cfg.Prefixes, "shared prefixes (routing)")
+	fs.IntVar(&cfg.Prefixes, "prefixes", cfg.Prefixes, "shared prefixes (routing; default: enough that they need 1.5× one worker's KV cache, from /health)")
 	fs.IntVar(&cfg.PrefixTokens, "prefix-tokens", cfg.PrefixTokens, "prefix length in random token IDs (routing)")
 	fs.IntVar(&cfg.PrefixWords, "prefix-words", 0, "prefix length in English words; overrides --prefix-tokens (routing)")
 	fs.IntVar(&cfg.SuffixTokens, "suffix-tokens", cfg.SuffixTokens, "unique suffix per request (routing)")
@@ -95,6 +95,7 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	case cfg.Scenario == bench.ScenarioSelftest:
 		cfg.Concurrency = 64
 	}
+	cfg.AutoPrefixes = cfg.Scenario == bench.ScenarioRouting && !flagSet(fs, "prefixes")
 	if flagSet(fs, "prefix-words") && flagSet(fs, "prefix-tokens") {
 		fmt.Fprintln(env.Stderr, "switchyard bench: give --prefix-words or --prefix-tokens, not both")
 		return cfg, "", "", ExitUsage

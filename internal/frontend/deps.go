@@ -32,6 +32,7 @@ type Worker struct {
 
 	// Optional registry details, shown in /health when set.
 	BlockSize       int    // KV block size in tokens
+	KVBlocks        int    // KV cache capacity in blocks; 0: unknown
 	KVBytesPerToken int64  // KV cache bytes one token occupies
 	KVXferAddr      string // host:port of the worker's KV-transfer server
 	Profile         any    // the worker's timing profile, as registered

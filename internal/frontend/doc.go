@@ -87,11 +87,13 @@
 //	 "workers": [{"id", "role", "model", "url" (admin), "inflight",
 //	              "load": {"running", "waiting", "kv_usage"},
 //	              "events": {"state": "healthy", "cause", ...},
-//	              "block_size", "kv_bytes_per_token", "kvxfer_addr" (admin), "profile"}],
+//	              "block_size", "kv_blocks", "max_model_len", "kv_bytes_per_token",
+//	              "kvxfer_addr" (admin), "profile"}],
 //	 "refused": [{"id", "reason"}],
 //	 "links": [{"from", "to", "bytes_per_sec", "rtt_ms", "measured", "samples", "emulated"}]}
 //
-// A worker's block_size, kv_bytes_per_token, kvxfer_addr and profile appear
+// A worker's block_size, kv_blocks (its KV cache capacity), max_model_len,
+// kv_bytes_per_token, kvxfer_addr and profile appear
 // only when set. links, the same entries as GET /admin/links, appears only
 // when there are prefill workers (and decode workers to pair them with).
 //

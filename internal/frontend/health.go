@@ -47,6 +47,8 @@ type WorkerHealth struct {
 	Events     *EventStatus `json:"events"`
 
 	BlockSize       int    `json:"block_size,omitempty"`
+	KVBlocks        int    `json:"kv_blocks,omitempty"` // KV cache capacity, in blocks of block_size tokens
+	MaxModelLen     int    `json:"max_model_len,omitempty"`
 	KVBytesPerToken int64  `json:"kv_bytes_per_token,omitempty"`
 	KVXferAddr      string `json:"kvxfer_addr,omitempty"` // admin only
 	Profile         any    `json:"profile,omitempty"`
@@ -82,7 +84,7 @@ func (s *Server) Health() Health {
 	}
 	for _, wk := range workers {
 		wh := WorkerHealth{ID: wk.ID, Role: wk.Role, Model: wk.Model, URL: wk.URL, Load: wk.Load,
-			InFlight: s.inflightCounter(wk.ID).Load(), BlockSize: wk.BlockSize, KVBytesPerToken: wk.KVBytesPerToken,
+			InFlight: s.inflightCounter(wk.ID).Load(), BlockSize: wk.BlockSize, KVBlocks: wk.KVBlocks, MaxModelLen: wk.MaxModelLen, KVBytesPerToken: wk.KVBytesPerToken,
 			KVXferAddr: wk.KVXferAddr, Profile: wk.Profile}
 		st := EventStatus{State: "unknown", Cause: "no event consumer reports this worker"}
 		if s.deps.Events != nil {

@@ -40,7 +40,7 @@ func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 func (a adapters) toWorker(w bus.WorkerInfo) frontend.Worker {
 	fw := frontend.Worker{
 		ID: w.ID, Role: w.Role, Model: w.Model, URL: w.HTTPURL, MaxModelLen: w.MaxModelLen,
-		BlockSize: w.BlockSize, KVBytesPerToken: int64(w.KVBytesPerToken), KVXferAddr: w.KVXferAddr, Profile: w.Profile,
+		BlockSize: w.BlockSize, KVBlocks: w.KVBlocks, KVBytesPerToken: int64(w.KVBytesPerToken), KVXferAddr: w.KVXferAddr, Profile: w.Profile,
 	}
 	if l, ok := a.f.load(w.ID); ok {
 		fw.Load = frontend.Load{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}

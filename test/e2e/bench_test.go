@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/internal/jsonschema"
@@ -69,5 +70,50 @@ func TestBenchRoutingAgainstUp(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ttft.png")); err != nil {
 		t.Errorf("plot: %v", err)
+	}
+}
+
+// TestBenchRoutingSizesPrefixesFromDeployment: without --prefixes, bench
+// routing reads each worker's KV capacity from /health and uses enough
+// prefixes that they do not fit in one worker, says so, and so shows kv
+// ahead of round-robin; with the old fixed 4 prefixes every policy tied.
+func TestBenchRoutingSizesPrefixesFromDeployment(t *testing.T) {
+	url := up(t, "--workers", "2", "--kv-blocks", "300", "--speedup", "20") // 4,800 tokens per worker
+	out := filepath.Join(t.TempDir(), "bench.json")
+	cmd := exec.Command(binary(t), "bench", "routing", "--url", url, "--requests", "40", "--prefix-tokens", "400",
+		"--compare-policies", "kv,round-robin", "--json", out)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bench routing: %v\n%s", err, b)
+	}
+	t.Logf("\n%s", b)
+	const say = "18 × 400 tokens = 7200 tokens, 1.5× the smallest worker's KV cache (4800 tokens): they do not fit in one worker"
+	if !strings.Contains(string(b), say) {
+		t.Errorf("output does not say %q", say)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Settings struct {
+			Prefixes     int    `json:"prefixes"`
+			Warmup       int    `json:"warmup"`
+			PrefixSizing string `json:"prefix_sizing"`
+		} `json:"settings"`
+		Runs []struct {
+			Aggregate struct {
+				HitRatio float64 `json:"hit_ratio"`
+			} `json:"aggregate"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if s := rep.Settings; s.Prefixes != 18 || s.Warmup != 18 || !strings.Contains(s.PrefixSizing, "do not fit") {
+		t.Errorf("settings %+v, want 18 prefixes and warm-ups, and the sizing", s)
+	}
+	if len(rep.Runs) != 2 || rep.Runs[0].Aggregate.HitRatio <= rep.Runs[1].Aggregate.HitRatio+0.1 {
+		t.Errorf("runs %+v: want kv's hit ratio at least 0.1 above round-robin's", rep.Runs)
 	}
 }
