@@ -9,30 +9,38 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 )
 
-// Media is a set of enginewire.Medium values, one bit each: where the engine
-// holds one block. A block is held while any bit is set.
+// Media is a set of tiers, one bit each: where the engine holds one block.
+// A block is held while any bit is set.
 type Media uint8
 
-// Has says whether m includes medium.
-func (m Media) Has(medium enginewire.Medium) bool { return m&(1<<medium) != 0 }
+// Has says whether m includes tier t.
+func (m Media) Has(t kvevents.Tier) bool { return m&(1<<t) != 0 }
 
-// Fastest is the fastest medium in m (GPU before CPU before disk); an
-// unknown medium counts as the slowest, never as GPU.
-func (m Media) Fastest() enginewire.Medium {
-	for _, md := range [...]enginewire.Medium{enginewire.MediumGPU, enginewire.MediumCPU, enginewire.MediumDisk, enginewire.MediumUnknown} {
-		if m.Has(md) {
-			return md
+// Fastest is the fastest tier in m (GPU before CPU before disk).
+func (m Media) Fastest() kvevents.Tier {
+	for t := kvevents.TierGPU; t < kvindex.NumTiers; t++ {
+		if m.Has(t) {
+			return t
 		}
 	}
-	return enginewire.MediumUnknown
+	return kvevents.TierDisk
 }
 
-// entry is what the mirror knows of one engine block: its Switchyard hash
-// and the media holding it. sy is 0 for a block that is not indexed (a
-// partial SGLang page), kept so its removal is recognised.
-type entry struct {
-	sy    uint64
-	media Media
+const gpuOnly = Media(1 << kvevents.TierGPU)
+
+// TierOf maps an engine medium onto Switchyard's tiers: GPU, CPU (SGLang's
+// CPU_PINNED too), disk; an unknown medium is the slowest tier, never GPU,
+// and ok is false so the caller counts it.
+func TierOf(m enginewire.Medium) (t kvevents.Tier, ok bool) {
+	switch m {
+	case enginewire.MediumGPU:
+		return kvevents.TierGPU, true
+	case enginewire.MediumCPU:
+		return kvevents.TierCPU, true
+	case enginewire.MediumDisk:
+		return kvevents.TierDisk, true
+	}
+	return kvevents.TierDisk, false
 }
 
 // Stats counts what a Mirror did with engine events. Every field only grows.
@@ -56,15 +64,18 @@ type Stats struct {
 var ErrBlockSize = errors.New("bridge: engine block size differs from --block-size")
 
 // Mirror is one engine's block set, keyed by the engine's hashes, together
-// with the Switchyard hash each was rewritten to. It is not safe for
-// concurrent use: the bridge guards it with its lock.
+// with the Switchyard hash each was rewritten to and the tiers holding it.
+// It is not safe for concurrent use: the bridge guards it with its lock.
 //
-// Memory: two Go maps, 89 bytes of heap per block at 1M blocks (measured
-// with BenchmarkMirrorRSS; both maps sit just past a power-of-two growth).
+// Memory: one map of engine hash → Switchyard hash (16-byte slots), plus a
+// map of tiers for the few blocks held anywhere but on the GPU alone. The
+// Switchyard hash 0 marks a block known but not indexed (a partial SGLang
+// page), so its removal is recognised. BenchmarkMirrorRSS: 36 MiB of heap
+// for 1M GPU blocks.
 type Mirror struct {
 	blockSize int
-	entries   map[uint64]entry  // engine hash → entry
-	held      map[uint64]uint32 // Switchyard hash → engine entries that map to it
+	sy        map[uint64]uint64 // engine hash → Switchyard hash
+	media     map[uint64]Media  // engine hash → tiers, when not GPU only
 	out       []kvevents.Event
 	hashes    []uint64 // backing store for out's Hashes
 	extra     []uint64 // per-block extra-key digests of the event being applied
@@ -73,38 +84,61 @@ type Mirror struct {
 
 // NewMirror returns an empty mirror for engines with the given block size.
 func NewMirror(blockSize int) *Mirror {
-	return &Mirror{blockSize: blockSize, entries: make(map[uint64]entry), held: make(map[uint64]uint32)}
+	return &Mirror{blockSize: blockSize, sy: make(map[uint64]uint64), media: make(map[uint64]Media)}
 }
 
 // Stats returns the counters.
 func (m *Mirror) Stats() Stats { return m.stats }
 
-// Len is the number of engine blocks held, on any medium.
-func (m *Mirror) Len() int { return len(m.entries) }
+// Len is the number of engine blocks held, on any tier.
+func (m *Mirror) Len() int { return len(m.sy) }
 
-// Indexed is the number of distinct Switchyard hashes held.
-func (m *Mirror) Indexed() int { return len(m.held) }
+// MediaOf returns the tiers holding the engine block h, or 0.
+func (m *Mirror) MediaOf(h uint64) Media {
+	if _, ok := m.sy[h]; !ok {
+		return 0
+	}
+	if md, ok := m.media[h]; ok {
+		return md
+	}
+	return gpuOnly
+}
 
-// MediaOf returns the media holding the engine block h, or 0.
-func (m *Mirror) MediaOf(h uint64) Media { return m.entries[h].media }
-
-// Hashes calls fn with every Switchyard hash held, in chunks.
-func (m *Mirror) Hashes(fn func([]uint64)) {
-	buf := make([]uint64, 0, 4096)
-	for h := range m.held {
-		buf = append(buf, h)
-		if len(buf) == cap(buf) {
-			fn(buf)
-			buf = buf[:0]
+// Hashes calls fn with the Switchyard hashes held in each tier, in chunks.
+// A hash two engine blocks map to is given twice (the index's Store is
+// idempotent).
+func (m *Mirror) Hashes(fn func(t kvevents.Tier, hashes []uint64)) {
+	var bufs [kvindex.NumTiers][]uint64
+	for eh, h := range m.sy {
+		if h == 0 {
+			continue
+		}
+		md := gpuOnly
+		if x, ok := m.media[eh]; ok {
+			md = x
+		}
+		for t := kvevents.TierGPU; t < kvindex.NumTiers; t++ {
+			if !md.Has(t) {
+				continue
+			}
+			bufs[t] = append(bufs[t], h)
+			if len(bufs[t]) == 4096 {
+				fn(t, bufs[t])
+				bufs[t] = bufs[t][:0]
+			}
 		}
 	}
-	fn(buf)
+	for t, b := range bufs {
+		if len(b) > 0 || t == 0 {
+			fn(kvevents.Tier(t), b)
+		}
+	}
 }
 
 // Reset forgets every block.
 func (m *Mirror) Reset() {
-	clear(m.entries)
-	clear(m.held)
+	clear(m.sy)
+	clear(m.media)
 }
 
 // Apply rewrites the events of one engine batch into Switchyard events and
@@ -148,12 +182,30 @@ func (m *Mirror) Apply(b *enginewire.Batch) ([]kvevents.Event, error) {
 	return m.out, nil
 }
 
-func mediumOf(e *enginewire.Event, st *Stats) Media {
-	md := e.Medium
-	if md == enginewire.MediumUnknown {
-		st.UnknownMedium++
+func (m *Mirror) tierOf(e *enginewire.Event) kvevents.Tier {
+	t, ok := TierOf(e.Medium)
+	if !ok {
+		m.stats.UnknownMedium++
 	}
-	return 1 << md
+	return t
+}
+
+// addTier records that engine block eh (new or not) is held in tier t.
+func (m *Mirror) addTier(eh uint64, existed bool, t kvevents.Tier) {
+	bit := Media(1 << t)
+	if !existed {
+		if bit != gpuOnly {
+			m.media[eh] = bit
+		}
+		return
+	}
+	cur, ok := m.media[eh]
+	if !ok {
+		cur = gpuOnly
+	}
+	if cur|bit != gpuOnly {
+		m.media[eh] = cur | bit
+	}
 }
 
 func (m *Mirror) stored(e *enginewire.Event) error {
@@ -172,7 +224,7 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 		m.stats.BadEvents++
 		return nil
 	}
-	media := mediumOf(e, &m.stats)
+	tier := m.tierOf(e)
 	salt, err := m.extraKeys(e, n)
 	if err != nil {
 		m.stats.BadEvents++
@@ -180,25 +232,23 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 	}
 	parent := kvindex.Root(salt)
 	if e.HasParent {
-		pe, ok := m.entries[e.Parent]
-		if !ok || pe.sy == 0 {
+		p, ok := m.sy[e.Parent]
+		if !ok || p == 0 {
 			m.stats.Orphans++
 			return nil
 		}
-		parent = pe.sy
+		parent = p
 	}
 	start := len(m.hashes)
 	firstParent := parent
 	for i, eh := range e.BlockHashes {
+		old, existed := m.sy[eh]
 		if i >= full {
 			m.stats.Partial++
-			old, ok := m.entries[eh]
-			if !ok {
-				m.entries[eh] = entry{media: media}
-			} else {
-				old.media |= media
-				m.entries[eh] = old
+			if !existed {
+				m.sy[eh] = 0
 			}
+			m.addTier(eh, existed, tier)
 			continue
 		}
 		p := parent
@@ -211,70 +261,55 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 		}
 		parent = h
 		m.stats.StoredBlocks++
-		old, ok := m.entries[eh]
-		switch {
-		case !ok:
-			m.entries[eh] = entry{sy: h, media: media}
-			m.held[h]++
-		case old.sy != h:
+		if existed && old != h {
 			// The engine reused a hash for other content (a restart
 			// without PYTHONHASHSEED, or a collision): the new content
-			// wins.
-			m.release(old.sy)
-			m.entries[eh] = entry{sy: h, media: media}
-			m.held[h]++
-		default:
-			old.media |= media
-			m.entries[eh] = old
+			// wins, in the tier of this event only.
+			delete(m.media, eh)
+			existed = false
 		}
+		m.sy[eh] = h
+		m.addTier(eh, existed, tier)
 		m.hashes = append(m.hashes, h)
 	}
 	if len(m.hashes) > start {
-		m.out = append(m.out, kvevents.Event{Kind: kvevents.Stored, Parent: firstParent, Hashes: m.hashes[start:len(m.hashes)]})
+		m.out = append(m.out, kvevents.Event{Kind: kvevents.Stored, Medium: tier, Parent: firstParent, Hashes: m.hashes[start:len(m.hashes)]})
 	}
 	return nil
 }
 
-// release drops one engine entry's claim on a Switchyard hash and reports
-// whether the worker no longer holds it.
-func (m *Mirror) release(sy uint64) bool {
-	if sy == 0 {
-		return false
-	}
-	c := m.held[sy]
-	if c <= 1 {
-		delete(m.held, sy)
-		return true
-	}
-	m.held[sy] = c - 1
-	return false
-}
-
 func (m *Mirror) removed(e *enginewire.Event) {
-	media := mediumOf(e, &m.stats)
+	tier := m.tierOf(e)
+	bit := Media(1 << tier)
 	start := len(m.hashes)
 	for _, eh := range e.BlockHashes {
-		old, ok := m.entries[eh]
-		if !ok || old.media&media == 0 {
+		h, ok := m.sy[eh]
+		md := m.MediaOf(eh)
+		if !ok || md&bit == 0 {
 			m.stats.UnknownRemoved++
 			continue
 		}
 		m.stats.RemovedBlocks++
-		old.media &^= media
-		if old.media != 0 {
-			m.entries[eh] = old
-			continue
+		md &^= bit
+		switch {
+		case md == 0:
+			delete(m.sy, eh)
+			delete(m.media, eh)
+		case md == gpuOnly:
+			delete(m.media, eh)
+		default:
+			m.media[eh] = md
 		}
-		delete(m.entries, eh)
-		if m.release(old.sy) {
-			m.hashes = append(m.hashes, old.sy)
+		if h != 0 {
+			// Another engine block with the same content may still hold
+			// it: the index then under-counts, the safe side.
+			m.hashes = append(m.hashes, h)
 		}
 	}
 	if len(m.hashes) > start {
-		m.out = append(m.out, kvevents.Event{Kind: kvevents.Removed, Hashes: m.hashes[start:len(m.hashes)]})
+		m.out = append(m.out, kvevents.Event{Kind: kvevents.Removed, Medium: tier, Hashes: m.hashes[start:len(m.hashes)]})
 	}
 }
-
 // extraKeys reads e's extra_keys. It returns the cache salt (from the first
 // block, or SGLang's cache_salt field) and leaves in m.extra a digest per
 // block of every other extra key (multimodal ids, prompt-embedding digests),

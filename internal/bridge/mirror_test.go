@@ -35,7 +35,7 @@ func apply(t *testing.T, m *Mirror, evs ...enginewire.Event) []kvevents.Event {
 	// Deep copy: out is reused by the next Apply.
 	cp := make([]kvevents.Event, len(out))
 	for i, e := range out {
-		cp[i] = kvevents.Event{Kind: e.Kind, Parent: e.Parent, Hashes: slices.Clone(e.Hashes)}
+		cp[i] = kvevents.Event{Kind: e.Kind, Medium: e.Medium, Parent: e.Parent, Hashes: slices.Clone(e.Hashes)}
 	}
 	return cp
 }
@@ -91,35 +91,38 @@ func TestMirrorRemovalsAndMedia(t *testing.T) {
 	if out := apply(t, m, cpu); len(out) != 1 || !slices.Equal(out[0].Hashes, sy) {
 		t.Errorf("CPU store = %+v", out)
 	}
-	if got := m.MediaOf(1); !got.Has(enginewire.MediumGPU) || !got.Has(enginewire.MediumCPU) || got.Fastest() != enginewire.MediumGPU {
+	if got := m.MediaOf(1); !got.Has(kvevents.TierGPU) || !got.Has(kvevents.TierCPU) || got.Fastest() != kvevents.TierGPU {
 		t.Errorf("media = %b", got)
 	}
-	// Evicted from GPU, still on CPU: no removal reaches the index.
+	// Evicted from GPU, still on CPU: the index drops the GPU tier only.
 	gpuRm := enginewire.Event{Kind: enginewire.BlockRemoved, BlockHashes: []uint64{2}}
-	if out := apply(t, m, gpuRm); len(out) != 0 {
+	if out := apply(t, m, gpuRm); len(out) != 1 || out[0].Medium != kvevents.TierGPU || !slices.Equal(out[0].Hashes, sy[1:]) {
 		t.Errorf("GPU removal of a CPU-held block = %+v", out)
 	}
-	if got := m.MediaOf(2).Fastest(); got != enginewire.MediumCPU {
+	if got := m.MediaOf(2).Fastest(); got != kvevents.TierCPU {
 		t.Errorf("tier after GPU eviction = %v, want CPU", got)
 	}
 	cpuRm := enginewire.Event{Kind: enginewire.BlockRemoved, BlockHashes: []uint64{2, 77}, Medium: enginewire.MediumCPU}
 	out := apply(t, m, cpuRm)
-	if len(out) != 1 || out[0].Kind != kvevents.Removed || !slices.Equal(out[0].Hashes, sy[1:]) {
+	if len(out) != 1 || out[0].Kind != kvevents.Removed || out[0].Medium != kvevents.TierCPU || !slices.Equal(out[0].Hashes, sy[1:]) {
 		t.Errorf("last removal = %+v, want Removed %x", out, sy[1:])
 	}
 	if st := m.Stats(); st.UnknownRemoved != 1 || st.RemovedBlocks != 2 {
 		t.Errorf("stats = %+v, want 1 unknown removal, 2 removed", st)
 	}
+	if m.Len() != 1 || m.MediaOf(2) != 0 {
+		t.Errorf("mirror holds %d blocks, media of the removed one %b", m.Len(), m.MediaOf(2))
+	}
 	// An unknown medium is indexed, counted, and never GPU.
 	odd := stored([]uint64{5}, nil, tokens(3, 16))
 	odd.Medium, odd.MediumName = enginewire.MediumUnknown, "NVME_OF"
 	apply(t, m, odd)
-	if m.Stats().UnknownMedium != 1 || m.MediaOf(5).Fastest() != enginewire.MediumUnknown {
+	if m.Stats().UnknownMedium != 1 || m.MediaOf(5).Fastest() != kvevents.TierDisk {
 		t.Errorf("unknown medium: stats %+v, fastest %v", m.Stats(), m.MediaOf(5).Fastest())
 	}
 	out = apply(t, m, enginewire.Event{Kind: enginewire.AllBlocksCleared})
-	if len(out) != 1 || out[0].Kind != kvevents.Cleared || m.Len() != 0 || m.Indexed() != 0 {
-		t.Errorf("clear = %+v, mirror %d/%d", out, m.Len(), m.Indexed())
+	if len(out) != 1 || out[0].Kind != kvevents.Cleared || m.Len() != 0 {
+		t.Errorf("clear = %+v, mirror %d", out, m.Len())
 	}
 }
 

@@ -236,6 +236,14 @@ func (p *Publisher) ServeTieredSnapshots(ctx context.Context, snap func(fn func(
 	return nil
 }
 
+// Resync makes every consumer drop what it holds for this worker and fetch a
+// snapshot: the next batch (or heartbeat, within HeartbeatEvery) skips one
+// sequence number, which consumers see as a gap. A bridge calls it when its
+// engine lost events that replay could not recover; a consumer stays
+// resyncing, routing on its approximate index, for as long as the snapshot
+// function declines to answer.
+func (p *Publisher) Resync() { p.skip(1) }
+
 // skip makes the next batch jump n sequence numbers, as if n were lost.
 func (p *Publisher) skip(n uint64) {
 	p.mu.Lock()

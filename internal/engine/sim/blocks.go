@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
 )
 
 // noBlock marks the ends of the LRU list.
@@ -31,8 +32,11 @@ type blockManager struct {
 	// lruHead is the least recently released unreferenced cached block.
 	lruHead, lruTail int32
 	lruLen           int
+	blockSize        int
 	used             int // blocks with ref > 0
 	events           []kvevents.Event
+	// wire, when set, records what a wire publisher needs besides events.
+	wire *StepTokens
 	// lower is the tiers below the GPU, fastest first (none without
 	// offloading); a block evicted from the GPU is written to lower[0].
 	lower lowerTiers
@@ -146,7 +150,11 @@ func (m *blockManager) allocate() (int32, bool) {
 // chain parent is parent. If another block already caches h (two sequences
 // computed the same prefix at once), i stays uncached and the existing
 // block keeps serving the prefix.
-func (m *blockManager) commit(i int32, parent, h uint64) {
+//
+// toks are the block's tokens and salt the request's cache_salt; they are
+// kept only for a wire publisher (nil toks: unknown, as for blocks received
+// from another worker).
+func (m *blockManager) commit(i int32, parent, h uint64, toks []uint32, salt string) {
 	if _, dup := m.byHash[h]; dup {
 		return
 	}
@@ -154,6 +162,19 @@ func (m *blockManager) commit(i int32, parent, h uint64) {
 	b.hash, b.parent, b.cached = h, parent, true
 	m.byHash[h] = i
 	m.emit(kvevents.Stored, kvevents.TierGPU, parent, h)
+	if w := m.wire; w != nil {
+		if toks == nil {
+			w.Unknown = append(w.Unknown, h)
+			toks = make([]uint32, m.blockSize)
+		}
+		w.Tokens = append(w.Tokens, toks...)
+		if salt != "" && parent == kvindex.Root(salt) {
+			if w.Salts == nil {
+				w.Salts = make(map[uint64]string)
+			}
+			w.Salts[h] = salt
+		}
+	}
 }
 
 // offload writes block h, just evicted from the tier above, to lower tier
@@ -303,6 +324,33 @@ func (m *blockManager) takeEvents() []kvevents.Event {
 	ev := m.events
 	m.events = nil
 	return ev
+}
+
+// StepTokens is what a wire publisher needs besides a step's events to
+// speak an engine's wire: the tokens of every block stored in GPU memory,
+// block after block in the order of the GPU Stored events' hashes, and the
+// cache_salt of each block that starts a salted chain. Unknown lists stored
+// blocks whose tokens the engine does not know (received over kvxfer);
+// their tokens are zeros. Stored events of lower tiers (offloads) carry
+// blocks stored on the GPU before, and no tokens here.
+type StepTokens struct {
+	Tokens  []uint32
+	Salts   map[uint64]string
+	Unknown []uint64
+}
+
+// TokenPublisher is an EventPublisher that also wants each step's
+// StepTokens (the vLLM-wire publisher): the engine then records them.
+type TokenPublisher interface {
+	EventPublisher
+	PublishStepTokens(events []kvevents.Event, st *StepTokens)
+}
+
+// takeTokens returns the recorded tokens and starts a new record.
+func (m *blockManager) takeTokens() *StepTokens {
+	w := m.wire
+	m.wire = &StepTokens{Tokens: make([]uint32, 0, len(w.Tokens))}
+	return w
 }
 
 func (m *blockManager) lruPush(i int32) {

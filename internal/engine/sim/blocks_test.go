@@ -15,7 +15,7 @@ func TestBlockManagerEvictsLeastRecentlyReleased(t *testing.T) {
 		if !ok {
 			t.Fatalf("allocate %d failed", h)
 		}
-		m.commit(i, h-1, h*100)
+		m.commit(i, h-1, h*100, nil, "")
 		ids = append(ids, i)
 	}
 	if _, ok := m.allocate(); ok {
@@ -55,7 +55,7 @@ func TestBlockManagerStoredEventsCoalesceAndClear(t *testing.T) {
 	m := newBlockManager(4)
 	for h := uint64(1); h <= 3; h++ {
 		i, _ := m.allocate()
-		m.commit(i, h-1, h)
+		m.commit(i, h-1, h, nil, "")
 		if h != 2 {
 			m.release(i)
 		}
@@ -66,7 +66,7 @@ func TestBlockManagerStoredEventsCoalesceAndClear(t *testing.T) {
 	}
 	// A duplicate commit neither caches nor emits.
 	i, _ := m.allocate()
-	m.commit(i, 0, 1)
+	m.commit(i, 0, 1, nil, "")
 	if len(m.takeEvents()) != 0 || m.blocks[i].cached {
 		t.Error("duplicate commit cached the block or emitted an event")
 	}

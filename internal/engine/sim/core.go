@@ -113,6 +113,10 @@ func newCore(cfg Config, words []uint32) (*Core, error) {
 		}
 		bm.lower = append(bm.lower, newTierStore(kvevents.TierDisk, p.DiskBlocks, perBlock(perfmodel.DiskBandwidth)))
 	}
+	bm.blockSize = cfg.BlockSize
+	if _, ok := cfg.Publisher.(TokenPublisher); ok {
+		bm.wire = &StepTokens{}
+	}
 	return &Core{
 		cfg:     cfg,
 		model:   m,
@@ -202,7 +206,7 @@ func (c *Core) InsertBlocks(parent uint64, hashes []uint64) error {
 			if !ok {
 				return fmt.Errorf("sim: insert block %016x: every KV block is in use", h)
 			}
-			c.bm.commit(i, parent, h)
+			c.bm.commit(i, parent, h, nil, "")
 			c.bm.release(i)
 		}
 		parent = h
@@ -216,6 +220,10 @@ func (c *Core) publish() {
 		return
 	}
 	ev := c.bm.takeEvents()
+	if tp, ok := c.cfg.Publisher.(TokenPublisher); ok && c.bm.wire != nil {
+		tp.PublishStepTokens(ev, c.bm.takeTokens())
+		return
+	}
 	if c.cfg.Publisher != nil {
 		c.cfg.Publisher.PublishStep(ev)
 	}

@@ -121,7 +121,7 @@ func (e *Core) step(st *stepState) time.Duration {
 				// Cached on admission, as computed blocks are on their
 				// step: a request that hits them meanwhile is spared a
 				// load it would have queued behind this one's anyway.
-				e.bm.commit(s.blocks[i], e.parentOf(s, i), s.hashes[i])
+				e.bm.commit(s.blocks[i], e.parentOf(s, i), s.hashes[i], s.tokens[i*e.bs:(i+1)*e.bs:(i+1)*e.bs], s.req.Salt)
 			}
 		}
 		s.loadUntil = 0
@@ -180,7 +180,8 @@ func (e *Core) step(st *stepState) time.Duration {
 		s.computed += b.n
 		e.extendHashes(s)
 		for ; s.committed < s.computed/e.bs; s.committed++ {
-			e.bm.commit(s.blocks[s.committed], e.parentOf(s, s.committed), s.hashes[s.committed])
+			k := s.committed
+			e.bm.commit(s.blocks[k], e.parentOf(s, k), s.hashes[k], s.tokens[k*e.bs:(k+1)*e.bs:(k+1)*e.bs], s.req.Salt)
 		}
 		if s.computed < len(s.tokens) {
 			continue // a prefill chunk: no token yet

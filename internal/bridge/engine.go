@@ -1,0 +1,225 @@
+package bridge
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
+)
+
+// discover waits for the engine's GET /v1/models and checks it against the
+// configured model and max_model_len.
+func (b *Bridge) discover(ctx context.Context) (model string, maxLen int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.StartTimeout)
+	defer cancel()
+	var lastErr error
+	lastLog := time.Time{}
+	for {
+		model, maxLen, lastErr = b.models(ctx)
+		if lastErr == nil {
+			break
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			b.log.Info("waiting for the engine", "err", lastErr)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return "", 0, fmt.Errorf("bridge: engine at %s not ready within %v: %w (is --engine-url right and the engine up?)", b.cfg.EngineURL, b.cfg.StartTimeout, lastErr)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	if b.cfg.Model != "" && b.cfg.Model != model {
+		return "", 0, fmt.Errorf("bridge: --model %q but the engine at %s serves %q: fix one of them", b.cfg.Model, b.cfg.EngineURL, model)
+	}
+	if b.cfg.MaxModelLen > 0 && maxLen > 0 && b.cfg.MaxModelLen != maxLen {
+		return "", 0, fmt.Errorf("bridge: --max-model-len %d but the engine at %s reports %d: fix one of them", b.cfg.MaxModelLen, b.cfg.EngineURL, maxLen)
+	}
+	if maxLen == 0 {
+		maxLen = b.cfg.MaxModelLen
+	}
+	return model, maxLen, nil
+}
+
+func (b *Bridge) models(ctx context.Context) (string, int, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.EngineURL+"/v1/models", nil)
+	resp, err := b.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", 0, fmt.Errorf("GET /v1/models: %s", resp.Status)
+	}
+	var list struct {
+		Data []struct {
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
+		return "", 0, fmt.Errorf("GET /v1/models: %w", err)
+	}
+	if len(list.Data) == 0 {
+		return "", 0, fmt.Errorf("GET /v1/models: no model")
+	}
+	// vLLM lists the base model first, then LoRA adapters.
+	return list.Data[0].ID, list.Data[0].MaxModelLen, nil
+}
+
+// Metric names by engine.
+type metricNames struct {
+	running, waiting, usage, usageOld string
+}
+
+var engineMetrics = map[string]metricNames{
+	EngineVLLM:   {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"},
+	EngineSGLang: {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", ""},
+}
+
+// scrape reads the engine's /metrics and /health once and returns a load
+// report; it also keeps both in the status.
+func (b *Bridge) scrape(ctx context.Context) bus.LoadReport {
+	r := bus.LoadReport{WorkerID: b.cfg.ID, UnixNano: time.Now().UnixNano()}
+	up := b.healthy(ctx)
+	vals, capBlocks, err := b.metrics(ctx)
+	if err == nil {
+		n := engineMetrics[b.cfg.Engine]
+		r.Running = int(vals[n.running])
+		r.Waiting = int(vals[n.waiting])
+		u, ok := vals[n.usage]
+		if !ok && n.usageOld != "" {
+			u = vals[n.usageOld]
+		}
+		r.KVUsage = u
+		r.TotalBlocks = capBlocks
+		r.UsedBlocks = int(u * float64(capBlocks))
+		// Engines do not export their queued prefill tokens or decode
+		// blocks; the blocks in use stand for the decode load.
+		r.ActiveDecodeBlocks = r.UsedBlocks
+	}
+	b.mu.Lock()
+	b.st.EngineUp = up
+	restarted := false
+	if err == nil {
+		b.st.Load = r
+		if st, ok := vals["process_start_time_seconds"]; ok && st > 0 {
+			restarted = b.started != 0 && st != b.started
+			b.started = st
+		}
+	}
+	b.mu.Unlock()
+	if restarted {
+		select {
+		case b.restarts <- struct{}{}:
+		default:
+		}
+	}
+	return r
+}
+
+func (b *Bridge) healthy(ctx context.Context) bool {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.EngineURL+"/health", nil)
+	resp, err := b.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// metrics fetches /metrics and sums each sample name over its label sets.
+// capBlocks is the KV capacity in blocks when the engine says it (vLLM's
+// cache_config_info num_gpu_blocks label; SGLang's max_total_num_tokens).
+func (b *Bridge) metrics(ctx context.Context) (vals map[string]float64, capBlocks int, err error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.EngineURL+"/metrics", nil)
+	resp, err := b.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	vals, labels := ParseMetrics(io.LimitReader(resp.Body, 16<<20))
+	if v, ok := labels["vllm:cache_config_info"]["num_gpu_blocks"]; ok {
+		capBlocks, _ = strconv.Atoi(v)
+	}
+	if t, ok := vals["sglang:max_total_num_tokens"]; ok && b.cfg.BlockSize > 0 {
+		capBlocks = int(t) / b.cfg.BlockSize
+	}
+	return vals, capBlocks, nil
+}
+
+// ParseMetrics reads Prometheus text exposition: it sums the values of each
+// sample name over its label sets (so data-parallel ranks add up) and keeps
+// the labels of each name's last sample. Lines it cannot read are skipped.
+func ParseMetrics(r io.Reader) (vals map[string]float64, labels map[string]map[string]string) {
+	vals = make(map[string]float64)
+	labels = make(map[string]map[string]string)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest := line, ""
+		var lbl string
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			if j < i {
+				continue
+			}
+			name, lbl, rest = line[:i], line[i+1:j], line[j+1:]
+		} else if i := strings.IndexAny(line, " \t"); i >= 0 {
+			name, rest = line[:i], line[i:]
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		vals[name] += v
+		if lbl != "" {
+			labels[name] = parseLabels(lbl)
+		}
+	}
+	return vals, labels
+}
+
+func parseLabels(s string) map[string]string {
+	out := make(map[string]string)
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 || eq+1 >= len(s) || s[eq+1] != '"' {
+			break
+		}
+		key := strings.TrimSpace(strings.TrimLeft(s[:eq], ","))
+		v, n := "", eq+2
+		for n < len(s) && s[n] != '"' {
+			if s[n] == '\\' && n+1 < len(s) {
+				n++
+			}
+			v += string(s[n])
+			n++
+		}
+		out[key] = v
+		if n+1 >= len(s) {
+			break
+		}
+		s = s[n+1:]
+	}
+	return out
+}
