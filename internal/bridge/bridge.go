@@ -73,9 +73,9 @@ type Config struct {
 	StartTimeout  time.Duration // how long to wait for the engine; 0: DefaultStartTimeout
 	// TailPoll is how long the engine's stream must be idle before the
 	// bridge asks replay whether a batch was lost; 0: DefaultTailPoll.
-	TailPoll time.Duration
-	HTTPClient    *http.Client
-	Logger        *slog.Logger
+	TailPoll   time.Duration
+	HTTPClient *http.Client
+	Logger     *slog.Logger
 }
 
 // Status is what a bridge has seen, for /health, metrics and tests.
@@ -115,13 +115,13 @@ type Bridge struct {
 	live     chan [][]byte
 	restarts chan struct{} // the engine's process start time changed
 	started  float64       // the engine's process_start_time_seconds, 0 until seen
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	done   chan struct{}
-	once   sync.Once
-	errMu  sync.Mutex
-	err    error
-	reg    *bus.Registration
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	done     chan struct{}
+	once     sync.Once
+	errMu    sync.Mutex
+	err      error
+	reg      *bus.Registration
 
 	malLog rateLog
 }

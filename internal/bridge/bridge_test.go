@@ -124,7 +124,7 @@ func TestBridgeRestarted(t *testing.T) {
 	a := newChain(9, 5, "")
 	r.store(a, 0, 3)
 	r.waitIndex(a.hashes[:3])
-	b1.Close() // deregisters; the frontend forgets nothing it is not told
+	b1.Close()       // deregisters; the frontend forgets nothing it is not told
 	r.store(a, 3, 5) // published while no bridge runs
 	r.startBridge(nil)
 	r.waitIndex(a.hashes)

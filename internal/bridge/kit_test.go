@@ -121,7 +121,7 @@ type rig struct {
 func newRig(t testing.TB, pcfg vllmpub.Config) *rig {
 	t.Helper()
 	srv := bustest.Server(t, bus.EmbeddedConfig{})
-	r := &rig{t: t, nc: bustest.Connect(t, srv.ClientURL()), idx: &memIndex{w: map[string]map[uint64]uint8{}}, }
+	r := &rig{t: t, nc: bustest.Connect(t, srv.ClientURL()), idx: &memIndex{w: map[string]map[uint64]uint8{}}}
 	r.start.Store(1764000000)
 	r.engine = fakeEngine(t, &r.start)
 	r.subj, _ = bus.NewSubjects("")

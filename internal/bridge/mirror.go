@@ -310,6 +310,7 @@ func (m *Mirror) removed(e *enginewire.Event) {
 		m.out = append(m.out, kvevents.Event{Kind: kvevents.Removed, Medium: tier, Hashes: m.hashes[start:len(m.hashes)]})
 	}
 }
+
 // extraKeys reads e's extra_keys. It returns the cache salt (from the first
 // block, or SGLang's cache_salt field) and leaves in m.extra a digest per
 // block of every other extra key (multimodal ids, prompt-embedding digests),

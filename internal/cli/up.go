@@ -11,10 +11,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/switchyard-llm/switchyard/internal/bridge"
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
 	"github.com/switchyard-llm/switchyard/internal/node"
+	"github.com/switchyard-llm/switchyard/internal/vllmpub"
 )
 
 func init() {
@@ -33,6 +35,7 @@ type upCmd struct {
 	linkRate       string
 	logLevel       string
 	kvxferTLS      string
+	engineWire     string
 }
 
 func parseUpFlags(args []string, env Env) (upCmd, int) {
@@ -50,9 +53,18 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	fs.StringVar(&u.natsAddr, "nats-addr", "127.0.0.1:0", "embedded NATS listen address (port 0 picks a free one)")
 	tlsFlags(fs, &u.tls)
 	fs.StringVar(&u.kvxferTLS, "kvxfer-tls", "", "auto: mutual TLS between the workers' KV transfers, with certificates generated in memory for this run")
+	fs.StringVar(&u.engineWire, "engine-wire", "", "vllm: each simulated worker publishes KV events on ZMQ as vLLM does and joins through a bridge (switchyard worker --engine vllm), as a real engine would")
 	fs.StringVar(&u.logLevel, "log-level", "warn", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return u, code
+	}
+	switch {
+	case u.engineWire != "" && u.engineWire != "vllm":
+		return u, badUp(env, "--engine-wire %q: want vllm", u.engineWire)
+	case u.engineWire != "" && u.prefillWorkers > 0:
+		return u, badUp(env, "--engine-wire vllm runs aggregated workers only (vLLM's P/D connector is not simulated): drop --prefill-workers")
+	case u.engineWire != "" && u.eventsOff > 0:
+		return u, badUp(env, "--engine-wire vllm with --kv-events-off is not supported: a bridge always carries its engine's events")
 	}
 	bad := func(format string, a ...any) (upCmd, int) {
 		fmt.Fprintf(env.Stderr, "switchyard up: "+format+"\n", a...)
@@ -171,7 +183,11 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	fmt.Fprintf(env.Stderr, "starting %d workers (%s on %s)...\n", len(specs), u.engine.Model, u.engine.GPU)
 	var workers []*node.Worker
 	var conns []*nats.Conn
+	var bridges []*bridge.Bridge
 	defer func() {
+		for _, b := range bridges {
+			_ = b.Close()
+		}
 		for _, w := range workers {
 			_ = w.Close()
 		}
@@ -196,6 +212,15 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		if s.role == bus.RolePrefill {
 			wc.LinkRate = rate
 		}
+		if u.engineWire != "" {
+			w, b, err := startBridged(ctx, wc, bridge.Config{Subjects: subj, RegistryTTL: u.bus.registryTTL, Logger: log})
+			if err != nil {
+				return fail(ExitFail, err)
+			}
+			workers = append(workers, w)
+			bridges = append(bridges, b)
+			continue
+		}
 		w, err := node.StartWorker(ctx, wc)
 		if err != nil {
 			return fail(ExitFail, err)
@@ -212,6 +237,9 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		note := ""
 		if !in.KVEventsEnabled {
 			note = "  [KV events OFF]"
+		}
+		if wire := w.Wire(); wire != nil {
+			note += "  vLLM wire " + wire.Endpoint() + " (bridged)"
 		}
 		if in.KVXferAddr != "" {
 			note += "  kvxfer " + in.KVXferAddr
@@ -240,6 +268,33 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	<-ctx.Done()
 	fmt.Fprintln(env.Stderr, "stopping...")
 	return ExitOK
+}
+
+func badUp(env Env, format string, a ...any) int {
+	fmt.Fprintf(env.Stderr, "switchyard up: "+format+"\n", a...)
+	return ExitUsage
+}
+
+// startBridged starts a simulated engine speaking vLLM's wire, stand-alone,
+// and a bridge beside it that registers it on the bus.
+func startBridged(ctx context.Context, wc node.WorkerConfig, bc bridge.Config) (*node.Worker, *bridge.Bridge, error) {
+	nc := wc.NC
+	wc.NC = nil
+	wc.EngineWire = &vllmpub.Config{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
+	w, err := node.StartWorker(ctx, wc)
+	if err != nil {
+		return nil, nil, err
+	}
+	bc.ID, bc.Role, bc.Engine = wc.Sim.ID, wc.Sim.Role, bridge.EngineVLLM
+	bc.EngineURL, bc.KVEvents, bc.KVReplay = w.URL(), w.Wire().Endpoint(), w.Wire().ReplayEndpoint()
+	bc.BlockSize, bc.NC, bc.HTTPAddr = wc.Sim.BlockSize, nc, "127.0.0.1:0"
+	bc.KVBytesPerToken = w.Info().KVBytesPerToken
+	b, err := bridge.Start(ctx, bc)
+	if err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	return w, b, nil
 }
 
 // waitRoutable waits until the frontend sees n workers in the registry,

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/switchyard-llm/switchyard/internal/bridge"
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
 	"github.com/switchyard-llm/switchyard/internal/node"
+	"github.com/switchyard-llm/switchyard/internal/vllmpub"
 )
 
 func init() {
-	register(command{name: "worker", summary: "run one engine worker (simulated engine)", run: runWorker})
+	register(command{name: "worker", summary: "run one engine worker (simulated engine), or a bridge beside a vLLM or SGLang engine", run: runWorker})
 }
 
 // workerFlags are the worker's command-line settings.
@@ -19,8 +22,13 @@ type workerFlags struct {
 	engine   string
 	logLevel string
 	linkRate string
-	eventsOn bool
+	events   kvEventsFlag
 	bus      busFlags
+	bridge   bridge.Config
+	wire     string // --kv-events-wire: "" (NATS) or vllm
+	wireArr  bool
+	wireOld  bool
+	replay   string
 	tls      kvxfer.TLSFiles
 	node     node.WorkerConfig
 }
@@ -28,14 +36,25 @@ type workerFlags struct {
 func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	var f workerFlags
 	fs := newFlagSet("worker", "Runs one engine worker. With --nats it registers, publishes KV events and load reports;\nwithout, it serves its OpenAI API standalone.")
-	fs.StringVar(&f.engine, "engine", "sim", "engine: sim (the built-in simulator)")
+	fs.StringVar(&f.engine, "engine", "sim", "engine: sim (the built-in simulator), or vllm / sglang to run a bridge beside a real engine")
 	fs.StringVar(&f.node.HTTPAddr, "http-addr", "127.0.0.1:8100", "HTTP listen address")
 	fs.StringVar(&f.node.Sim.ID, "id", "sim-0", "worker id (unique in the deployment)")
 	fs.StringVar(&f.node.Sim.Role, "role", "aggregated", "aggregated, prefill or decode")
 	engineFlags(fs, &f.node.Sim)
 	f.bus.add(fs, "NATS URL to register and publish KV events on (empty: standalone, no registration)")
 	f.bus.login.add(fs, false)
-	fs.BoolVar(&f.eventsOn, "kv-events", true, "publish KV events (false demonstrates the frontend's health check)")
+	f.events = kvEventsFlag{on: true}
+	fs.Var(&f.events, "kv-events", "sim: true/false, publish KV events (false demonstrates the frontend's health check); with --kv-events-wire vllm, the ZMQ endpoint to bind the PUB socket on (default tcp://127.0.0.1:5557);\nvllm/sglang: the engine's ZMQ PUB endpoint to dial, e.g. tcp://HOST:5557")
+	fs.StringVar(&f.bridge.KVEventsListen, "kv-events-listen", "", "vllm/sglang: bind this ZMQ endpoint instead, for an engine whose kv-events endpoint connects")
+	fs.StringVar(&f.replay, "kv-replay", "", "vllm/sglang: the engine's replay ROUTER endpoint to dial (its replay_endpoint), so lost batches are recovered; sim with --kv-events-wire vllm: where to bind it")
+	fs.StringVar(&f.bridge.Topic, "kv-topic", "", "vllm/sglang: take only messages whose topic starts with this")
+	fs.StringVar(&f.bridge.EngineURL, "engine-url", "", "vllm/sglang: the engine's OpenAI endpoint, e.g. http://HOST:8000 (registered as the worker's URL)")
+	fs.IntVar(&f.bridge.MaxModelLen, "max-model-len", 0, "vllm/sglang: expected max_model_len (0: the engine's); a mismatch refuses to start")
+	fs.IntVar(&f.bridge.KVBytesPerToken, "kv-bytes-per-token", 0, "vllm/sglang: KV cache bytes per token, for the disaggregation gate (2 × layers × KV heads × head dim × dtype bytes)")
+	fs.DurationVar(&f.bridge.RebuildHold, "kv-rebuild-hold", bridge.DefaultRebuildHold, "vllm/sglang: after engine events were lost for good, route this worker approximately for this long")
+	fs.StringVar(&f.wire, "kv-events-wire", "", "sim: vllm publishes KV events on ZMQ exactly as vLLM 0.26 does (for a bridge) instead of on NATS")
+	fs.BoolVar(&f.wireArr, "kv-events-array", false, "sim with --kv-events-wire vllm: send events as tagged arrays, as vLLM before 0.26 and SGLang do")
+	fs.BoolVar(&f.wireOld, "kv-replay-legacy", false, "sim with --kv-events-wire vllm: answer replay in the pre-0.26 layout [\"\", seq, payload]")
 	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port)")
 	tlsFlags(fs, &f.tls)
 	fs.StringVar(&f.node.WorkerKey, "worker-key", "", "require this bearer token on POST /reset_prefix_cache and /kvxfer/probe (default: $"+envWorkerKey+"; without one they admit loopback clients only)")
@@ -44,8 +63,33 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return f, code
 	}
-	if f.engine != "sim" {
-		fmt.Fprintf(env.Stderr, "switchyard worker: engine %q is not available; use --engine sim\n", f.engine)
+	switch f.engine {
+	case "sim":
+	case bridge.EngineVLLM, bridge.EngineSGLang:
+		return parseBridgeFlags(fs, f, env)
+	default:
+		fmt.Fprintf(env.Stderr, "switchyard worker: --engine %q: want sim, vllm or sglang\n", f.engine)
+		return f, ExitUsage
+	}
+	switch f.wire {
+	case "":
+		if f.events.endpoint != "" || f.replay != "" {
+			fmt.Fprintf(env.Stderr, "switchyard worker: --kv-events %s / --kv-replay need --kv-events-wire vllm (or --engine vllm|sglang for a bridge)\n", f.events.endpoint)
+			return f, ExitUsage
+		}
+	case "vllm":
+		if f.bus.nats != "" {
+			fmt.Fprintln(env.Stderr, "switchyard worker: --kv-events-wire vllm makes the simulator a stand-alone engine: drop --nats and run a bridge beside it (switchyard worker --engine vllm --nats ...)")
+			return f, ExitUsage
+		}
+		ep := f.events.endpoint
+		if ep == "" {
+			ep = "tcp://127.0.0.1:5557"
+		}
+		f.node.EngineWire = &vllmpub.Config{Endpoint: ep, ReplayEndpoint: f.replay, LegacyReplay: f.wireOld,
+			Layout: enginewire.Layout{ArrayEvents: f.wireArr}}
+	default:
+		fmt.Fprintf(env.Stderr, "switchyard worker: --kv-events-wire %q: want vllm\n", f.wire)
 		return f, ExitUsage
 	}
 	switch f.node.Sim.Role {
@@ -67,7 +111,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return f, ExitUsage
 	}
-	f.node.KVEventsOff = !f.eventsOn
+	f.node.KVEventsOff = !f.events.on
 	if f.node.WorkerKey == "" {
 		f.node.WorkerKey = os.Getenv(envWorkerKey)
 	}
@@ -78,6 +122,9 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 	f, code := parseWorkerFlags(args, env)
 	if code >= 0 {
 		return code
+	}
+	if f.engine != "sim" {
+		return runBridge(ctx, f, env)
 	}
 	log, err := newLogger(env.Stderr, f.logLevel)
 	if err != nil {
@@ -127,6 +174,14 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 	}
 	if cfg.NC == nil {
 		fmt.Fprintln(env.Stderr, "  standalone: not registered (give --nats URL to join a deployment)")
+	}
+	if wc := cfg.EngineWire; wc != nil {
+		replay := ""
+		if wc.ReplayEndpoint != "" {
+			replay = ", replay on " + wc.ReplayEndpoint
+		}
+		fmt.Fprintf(env.Stderr, "  KV events on ZMQ %s in vLLM's wire%s: run a bridge beside it (switchyard worker --engine vllm --engine-url %s --kv-events %s --nats URL)\n",
+			wc.Endpoint, replay, w.URL(), wc.Endpoint)
 	}
 	fmt.Fprintf(env.Stdout, "ready: %s\n", w.URL())
 	select {

@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/linkemu"
 	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/perfmodel"
+	"github.com/switchyard-llm/switchyard/internal/vllmpub"
 )
 
 // WorkerConfig configures a worker node.
@@ -37,6 +38,10 @@ type WorkerConfig struct {
 	Subjects    bus.Subjects
 	RegistryTTL time.Duration // 0: the bus default
 	KVEventsOff bool          // register with KV events disabled and publish none
+	// EngineWire, if set, makes the simulator publish its KV events on ZMQ
+	// as vLLM does (for a bridge) instead of on NATS; with NC nil it then
+	// runs as a stand-alone engine.
+	EngineWire *vllmpub.Config
 
 	// KVXferAddr is where a prefill worker serves KV transfers; "" means the
 	// HTTP listener's host on a free port.
@@ -62,7 +67,8 @@ type Worker struct {
 	srv   *http.Server
 	xfer  *kvxfer.Server
 	pub   *kvevents.Publisher
-	regMu sync.Mutex // guards reg: a failing goroutine may stop the worker while it registers
+	wire  *vllmpub.Publisher // the simulator speaking vLLM's ZMQ wire, or nil
+	regMu sync.Mutex         // guards reg: a failing goroutine may stop the worker while it registers
 	reg   *bus.Registration
 	// peers is the registry view a decode worker vets KV transfer
 	// addresses against; nil until registered, and always nil standalone.
@@ -103,6 +109,9 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	w.url = "http://" + ln.Addr().String()
 	fail := func(err error) (*Worker, error) {
 		ln.Close()
+		if w.wire != nil {
+			w.wire.Close()
+		}
 		if w.xfer != nil {
 			w.xfer.Close()
 		}
@@ -133,7 +142,20 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		simCfg.Leaser = w.xfer
 		simCfg.KVXferAddr = w.xfer.Addr()
 	}
-	if cfg.NC != nil && !cfg.KVEventsOff {
+	if cfg.EngineWire != nil {
+		// The simulator plays a vLLM engine: events go out on ZMQ in
+		// vLLM's wire for a bridge, never on NATS.
+		wc := *cfg.EngineWire
+		wc.BlockSize = simCfg.BlockSize
+		if wc.BlockSize == 0 {
+			wc.BlockSize = 16
+		}
+		wc.Logger = log
+		if w.wire, err = vllmpub.New(wc); err != nil {
+			return fail(err)
+		}
+		simCfg.Publisher = w.wire
+	} else if cfg.NC != nil && !cfg.KVEventsOff {
 		w.pub, err = kvevents.NewPublisher(kvevents.PublisherConfig{NC: cfg.NC, Subjects: cfg.Subjects, WorkerID: simCfg.ID, Logger: log})
 		if err != nil {
 			return fail(err)
@@ -376,6 +398,9 @@ func (w *Worker) ID() string { return w.cfg.Sim.ID }
 // Info is the worker's registry entry.
 func (w *Worker) Info() bus.WorkerInfo { return w.info }
 
+// Wire is the vLLM-wire publisher, or nil.
+func (w *Worker) Wire() *vllmpub.Publisher { return w.wire }
+
 // Sim is the simulated engine.
 func (w *Worker) Sim() *sim.Worker { return w.sim }
 
@@ -407,7 +432,13 @@ func (w *Worker) stop() {
 		if w.xfer != nil {
 			_ = w.xfer.Close()
 		}
-		go func() { w.wg.Wait(); close(w.done) }()
+		go func() {
+			w.wg.Wait()
+			if w.wire != nil {
+				_ = w.wire.Close()
+			}
+			close(w.done)
+		}()
 	})
 }
 

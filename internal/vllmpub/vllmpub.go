@@ -134,6 +134,18 @@ func New(cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
+// Endpoint is the PUB socket's bound endpoint (with the port picked when
+// Config.Endpoint asked for port 0).
+func (p *Publisher) Endpoint() string { return "tcp://" + p.pub.Addr().String() }
+
+// ReplayEndpoint is the replay ROUTER's bound endpoint, or "".
+func (p *Publisher) ReplayEndpoint() string {
+	if p.router == nil {
+		return ""
+	}
+	return "tcp://" + p.router.Addr().String()
+}
+
 // Close stops the goroutines and closes the sockets.
 func (p *Publisher) Close() error {
 	p.cancel()

@@ -284,11 +284,37 @@ func TestFieldReportRoutingTable(t *testing.T) {
 		{name: "round-robin", args: []string{"--router", "round-robin"}},
 		{name: "random", args: []string{"--router", "random"}},
 		{name: "kv, KV events off", args: []string{"--router", "kv", "--kv-events-off", "2"}},
+		// The workers publish vLLM's ZMQ wire and join through bridges,
+		// as real engines do: the bridges recompute every hash from the
+		// engines' token_ids.
+		{name: "kv, through vLLM-wire bridges", args: []string{"--router", "kv", "--engine-wire", "vllm"}},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
 			var url string
 			r.hits, url = routingRun(t, r.args...)
+			if strings.Contains(r.name, "bridges") {
+				// The hits must come from the engines' own events, not
+				// from the approximate index.
+				var h struct {
+					Workers []struct {
+						ID     string `json:"id"`
+						Events struct {
+							State  string `json:"state"`
+							Blocks int    `json:"blocks"`
+						} `json:"events"`
+					} `json:"workers"`
+				}
+				getJSON(t, url+"/health", &h)
+				if len(h.Workers) != 2 {
+					t.Fatalf("/health lists %d workers, want 2", len(h.Workers))
+				}
+				for _, w := range h.Workers {
+					if w.Events.State != "healthy" || w.Events.Blocks < 100 {
+						t.Errorf("bridged worker %s: event state %q with %d blocks, want healthy with the run's blocks", w.ID, w.Events.State, w.Events.Blocks)
+					}
+				}
+			}
 			if strings.Contains(r.name, "off") {
 				var h struct {
 					Status  string `json:"status"`
@@ -311,10 +337,13 @@ func TestFieldReportRoutingTable(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("\n| policy | cache hits (of 60) |\n|---|---|\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |",
-		rows[0].name, rows[0].hits, rows[1].name, rows[1].hits, rows[2].name, rows[2].hits, rows[3].name, rows[3].hits)
+	t.Logf("\n| policy | cache hits (of 60) |\n|---|---|\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |",
+		rows[0].name, rows[0].hits, rows[1].name, rows[1].hits, rows[2].name, rows[2].hits, rows[3].name, rows[3].hits, rows[4].name, rows[4].hits)
 	if rows[0].hits != 60 {
 		t.Errorf("kv: %d of 60 hits, want 60", rows[0].hits)
+	}
+	if rows[4].hits != 60 {
+		t.Errorf("kv through bridges: %d of 60 hits, want 60", rows[4].hits)
 	}
 	if rows[1].hits >= 55 {
 		t.Errorf("round-robin: %d of 60 hits; the cache is sized so scattering must cost", rows[1].hits)

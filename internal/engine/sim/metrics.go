@@ -41,6 +41,11 @@ func newMetrics(e *Engine) *metrics {
 		f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return fn(e.Load()) }))
 	}
+	// As prometheus_client exports it for vLLM and SGLang: a bridge
+	// tells an engine restart by it.
+	started := float64(e.startWall.UnixNano()) / 1e9
+	f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "process_start_time_seconds", Help: "Start time of the process since unix epoch in seconds."},
+		func() float64 { return started }))
 	gauge("vllm:num_requests_running", "Requests in the running batch.", func(l Load) float64 { return float64(l.Running) })
 	gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", func(l Load) float64 { return float64(l.Waiting) })
 	gauge("vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1).", func(l Load) float64 { return l.KVUsage })

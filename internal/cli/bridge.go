@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/internal/bridge"
+	"github.com/switchyard-llm/switchyard/internal/bus"
+)
+
+// kvEventsFlag is --kv-events: a bool for the simulator (true/false), an
+// endpoint for a bridge or a vLLM-wire simulator.
+type kvEventsFlag struct {
+	on       bool
+	endpoint string
+}
+
+func (k *kvEventsFlag) String() string {
+	if k == nil {
+		return ""
+	}
+	if k.endpoint != "" {
+		return k.endpoint
+	}
+	return strconv.FormatBool(k.on)
+}
+
+func (k *kvEventsFlag) Set(s string) error {
+	if b, err := strconv.ParseBool(s); err == nil {
+		k.on, k.endpoint = b, ""
+		return nil
+	}
+	if !strings.Contains(s, "://") {
+		return fmt.Errorf("want true, false or a ZMQ endpoint such as tcp://HOST:5557")
+	}
+	k.on, k.endpoint = true, s
+	return nil
+}
+
+// parseBridgeFlags finishes the worker's flags for --engine vllm|sglang.
+func parseBridgeFlags(fs *flag.FlagSet, f workerFlags, env Env) (workerFlags, int) {
+	bad := func(format string, a ...any) (workerFlags, int) {
+		fmt.Fprintf(env.Stderr, "switchyard worker: "+format+"\n", a...)
+		return f, ExitUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	b := &f.bridge
+	b.Engine, b.ID, b.Role, b.HTTPAddr = f.engine, f.node.Sim.ID, f.node.Sim.Role, f.node.HTTPAddr
+	b.BlockSize = f.node.Sim.BlockSize
+	b.KVEvents, b.KVReplay = f.events.endpoint, f.replay
+	if set["model"] {
+		b.Model = f.node.Sim.Model
+	}
+	if !set["http-addr"] {
+		b.HTTPAddr = "127.0.0.1:0" // the bridge's own /metrics and /health; printed at start
+	}
+	if !set["id"] {
+		b.ID = f.engine + "-0"
+	}
+	switch {
+	case b.EngineURL == "":
+		return bad("--engine %s needs --engine-url http://HOST:PORT (the engine's OpenAI endpoint)", f.engine)
+	case !strings.HasPrefix(b.EngineURL, "http://") && !strings.HasPrefix(b.EngineURL, "https://"):
+		return bad("--engine-url %q: want http://HOST:PORT", b.EngineURL)
+	case (b.KVEvents == "") == (b.KVEventsListen == ""):
+		return bad("--engine %s needs exactly one of --kv-events tcp://HOST:5557 (the engine binds, vLLM's default) and --kv-events-listen tcp://ADDR:PORT (the engine connects)", f.engine)
+	case f.bus.nats == "":
+		return bad("--engine %s needs --nats URL: the bridge registers the engine and republishes its events there", f.engine)
+	case f.wire != "":
+		return bad("--kv-events-wire is for --engine sim")
+	case !f.events.on:
+		return bad("--kv-events=false makes no sense for a bridge: it exists to carry the engine's events")
+	}
+	switch b.Role {
+	case bus.RoleAggregated, bus.RolePrefill, bus.RoleDecode:
+	default:
+		return bad("--role %q: want aggregated, prefill or decode", b.Role)
+	}
+	if err := checkListenAddr("--http-addr", b.HTTPAddr); err != nil {
+		return bad("%v", err)
+	}
+	return f, -1
+}
+
+func runBridge(ctx context.Context, f workerFlags, env Env) int {
+	log, err := newLogger(env.Stderr, f.logLevel)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitUsage
+	}
+	cfg := f.bridge
+	cfg.Logger = log
+	if cfg.Subjects, err = bus.NewSubjects(f.bus.namespace); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: --namespace: %v\n", err)
+		return ExitUsage
+	}
+	// The bridge logs in as the worker it registers.
+	opts, err := f.bus.login.options(os.Getenv, bus.WorkerUser(cfg.ID), bus.WorkerInboxPrefix(cfg.ID))
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitUsage
+	}
+	nc, err := connectBus(ctx, f.bus.nats, "switchyard-bridge-"+cfg.ID, opts...)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitFail
+	}
+	defer nc.Close()
+	cfg.NC, cfg.RegistryTTL = nc, f.bus.registryTTL
+	fmt.Fprintf(env.Stderr, "switchyard worker %s: bridging the %s engine at %s ...\n", cfg.ID, cfg.Engine, cfg.EngineURL)
+	b, err := bridge.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitFail
+	}
+	info := b.Info()
+	events := cfg.KVEvents
+	if events == "" {
+		events = "listening on " + cfg.KVEventsListen
+	}
+	replay := "no replay (lost batches force a rebuild)"
+	if cfg.KVReplay != "" {
+		replay = "replay " + cfg.KVReplay
+	}
+	fmt.Fprintf(env.Stderr, "switchyard worker %s (%s, %s, max_model_len %d, %d KV blocks of %d tokens)\n  events %s, %s\n",
+		info.ID, info.Role, info.Model, info.MaxModelLen, info.KVBlocks, info.BlockSize, events, replay)
+	fmt.Fprintf(env.Stdout, "ready: %s (bridge %s)\n", info.HTTPURL, b.URL())
+	select {
+	case <-ctx.Done():
+	case <-b.Done():
+	}
+	if err := b.Close(); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitFail
+	}
+	return ExitOK
+}
