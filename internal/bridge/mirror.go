@@ -225,6 +225,9 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 		return nil
 	}
 	tier := m.tierOf(e)
+	if m.offloaded(e, tier) {
+		return nil
+	}
 	salt, err := m.extraKeys(e, n)
 	if err != nil {
 		m.stats.BadEvents++
@@ -276,6 +279,32 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 		m.out = append(m.out, kvevents.Event{Kind: kvevents.Stored, Medium: tier, Parent: firstParent, Hashes: m.hashes[start:len(m.hashes)]})
 	}
 	return nil
+}
+
+// offloaded handles a BlockStored whose blocks are all held already, in
+// other tiers: a copy to (or back from) another medium under the same
+// engine hashes, as vLLM's offloading emits. Their Switchyard hashes are
+// known, so the tokens are not read again.
+func (m *Mirror) offloaded(e *enginewire.Event, tier kvevents.Tier) bool {
+	bit := Media(1 << tier)
+	for _, eh := range e.BlockHashes {
+		if _, ok := m.sy[eh]; !ok || m.MediaOf(eh)&bit != 0 {
+			return false
+		}
+	}
+	start := len(m.hashes)
+	for _, eh := range e.BlockHashes {
+		m.addTier(eh, true, tier)
+		if h := m.sy[eh]; h != 0 {
+			m.hashes = append(m.hashes, h)
+		}
+	}
+	m.stats.StoredBlocks += uint64(len(e.BlockHashes))
+	if len(m.hashes) > start {
+		// Parent is unknown here and unused by the index.
+		m.out = append(m.out, kvevents.Event{Kind: kvevents.Stored, Medium: tier, Hashes: m.hashes[start:len(m.hashes)]})
+	}
+	return true
 }
 
 func (m *Mirror) removed(e *enginewire.Event) {

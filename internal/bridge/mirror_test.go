@@ -152,3 +152,21 @@ func TestMirrorRefusesWhatItCannotIndex(t *testing.T) {
 		t.Errorf("block size 32 on a 16 bridge: err = %v", err)
 	}
 }
+
+// vLLM's offloading stores a GPU block to CPU under the same engine hash;
+// the bridge takes its Switchyard hash from the mirror, not the tokens.
+func TestMirrorOffloadKeepsHashes(t *testing.T) {
+	toks := tokens(4, 32)
+	sy := kvindex.HashChain(nil, "", toks, 16)
+	m := NewMirror(16)
+	apply(t, m, stored([]uint64{1, 2}, nil, toks))
+	off := stored([]uint64{2}, nil, make([]uint32, 16)) // tokens not sent again
+	off.Medium = enginewire.MediumCPU
+	out := apply(t, m, off)
+	if len(out) != 1 || out[0].Medium != kvevents.TierCPU || !slices.Equal(out[0].Hashes, sy[1:]) {
+		t.Errorf("offload = %+v, want CPU Stored %x", out, sy[1:])
+	}
+	if st := m.Stats(); st.BadEvents != 0 || st.Orphans != 0 {
+		t.Errorf("stats = %+v", st)
+	}
+}

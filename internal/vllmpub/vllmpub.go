@@ -235,12 +235,18 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 				ev.Parent, ev.HasParent = p.EngineHash(e.Parent), true
 			}
 			n := len(e.Hashes) * bs
-			if st != nil && tok+n <= len(st.Tokens) {
-				ev.TokenIDs = st.Tokens[tok : tok+n]
-			} else {
+			switch {
+			case e.Medium != kvevents.TierGPU:
+				// An offload of blocks stored on the GPU before: the same
+				// engine hashes, and a bridge knows their tokens already.
 				ev.TokenIDs = make([]uint32, n)
+			case st != nil && tok+n <= len(st.Tokens):
+				ev.TokenIDs = st.Tokens[tok : tok+n]
+				tok += n
+			default:
+				ev.TokenIDs = make([]uint32, n)
+				tok += n
 			}
-			tok += n
 			if salt != "" {
 				ev.RawExtraKeys = enginewire.AppendExtraKeys(nil, salt, len(e.Hashes))
 			}
