@@ -54,8 +54,10 @@ type seqState struct {
 	next   uint64 // the engine sequence number expected next
 	// dupBelow: right after a replay, live messages below it are copies
 	// of replayed ones, not a restart.
-	dupBelow  uint64
-	restartAt time.Time // when the last restart was handled
+	dupBelow uint64
+	// startSeen is the engine start time the last restart handled was
+	// checked against.
+	startSeen float64
 }
 
 // process applies engine batches in sequence order until ctx ends. It first
@@ -95,10 +97,17 @@ func (b *Bridge) process(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-b.restarts:
-			if time.Since(s.restartAt) < 5*time.Second {
-				continue // already handled when its sequence went back
+			// Authoritative even when the sequence already showed the
+			// restart: a new run's batch can carry the very number the old
+			// run expected next and pass for a continuation.
+			b.mu.Lock()
+			started := b.started
+			b.mu.Unlock()
+			if started == s.startSeen {
+				continue
 			}
 			b.restarted(&s, "the engine's process_start_time_seconds changed")
+			s.startSeen = started
 			if b.cfg.KVReplay != "" {
 				if err := b.tailPoll(ctx, &s); err != nil {
 					return err
@@ -171,7 +180,6 @@ func (b *Bridge) restarted(s *seqState, cause string) {
 	b.log.Warn("engine restarted", "cause", cause)
 	b.publish([]kvevents.Event{{Kind: kvevents.Cleared}}, func() { b.mirror.Reset() })
 	s.synced, s.next, s.dupBelow = true, 0, 0
-	s.restartAt = time.Now()
 }
 
 // tailPoll asks replay for batches after the last one applied and applies
