@@ -52,6 +52,9 @@ type Record struct {
 	CompletionTokens int  `json:"completion_tokens"`
 	CachedTokens     int  `json:"cached_tokens"`
 	CacheHit         bool `json:"cache_hit"` // cached >= the shared prefix's full blocks (routing only)
+	// KVTiers splits CachedTokens by KV tier, from a worker with lower
+	// tiers (usage.prompt_tokens_details.switchyard_kv_tiers).
+	KVTiers *openai.KVTiers `json:"kv_tiers,omitempty"`
 
 	Frontend        string   `json:"frontend,omitempty"` // the URL it was sent to, with several --url
 	Worker          string   `json:"worker,omitempty"`
@@ -299,7 +302,7 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, start time.Time
 			}
 			rec.PromptTokens, rec.CompletionTokens = u.Usage.PromptTokens, u.Usage.CompletionTokens
 			if d := u.Usage.PromptTokensDetails; d != nil {
-				rec.CachedTokens = d.CachedTokens
+				rec.CachedTokens, rec.KVTiers = d.CachedTokens, d.KVTiers
 			}
 		}
 	}

@@ -55,6 +55,31 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("ITL p50/p90/p99 ms", func(a *Aggregate) string { return qms(a.ITL) })
 	row("E2E p50/p90/p99 ms", func(a *Aggregate) string { return qms(a.E2E) })
 	row("cache hit ratio (tokens)", func(a *Aggregate) string { return fmt.Sprintf("%.3f", a.HitRatio) })
+	if hasTiers(rep) {
+		tier := func(f func(t *TierStats) string) func(a *Aggregate) string {
+			return func(a *Aggregate) string {
+				if a.Tiers == nil {
+					return "-"
+				}
+				return f(a.Tiers)
+			}
+		}
+		row("hit ratio GPU/CPU/disk", tier(func(t *TierStats) string {
+			return fmt.Sprintf("%.3f/%.3f/%.3f", t.HitRatio.GPU, t.HitRatio.CPU, t.HitRatio.Disk)
+		}))
+		row("loaded GB CPU/disk", tier(func(t *TierStats) string {
+			return fmt.Sprintf("%.2f/%.2f", t.LoadedBytes.CPU/1e9, t.LoadedBytes.Disk/1e9)
+		}))
+		for _, k := range []string{"miss", "gpu", "cpu", "disk"} {
+			row("TTFT p50/p99 ms, hit "+k, tier(func(t *TierStats) string {
+				q, ok := t.TTFTByHit[k]
+				if !ok {
+					return "-"
+				}
+				return fmt.Sprintf("%s/%s (n=%d)", ms(q.P50), ms(q.P99), t.Requests[k])
+			}))
+		}
+	}
 	row("cache hits (requests)", func(a *Aggregate) string {
 		if a.HitEligible == 0 {
 			return "-"
@@ -159,4 +184,14 @@ func workersLine(ws []HealthWorker) string {
 		parts[i] = fmt.Sprintf("%s (%s, events %s)", w.ID, orDash(w.Role), orDash(w.Events.State))
 	}
 	return fmt.Sprintf("%d workers: %s", len(ws), strings.Join(parts, ", "))
+}
+
+// hasTiers reports whether any run's workers reported KV tiers.
+func hasTiers(rep *Report) bool {
+	for i := range rep.Runs {
+		if rep.Runs[i].Aggregate.Tiers != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -85,6 +85,8 @@ type Aggregate struct {
 	HitRatio     float64 `json:"hit_ratio"` // cached ÷ prompt tokens over successful requests
 	Hits         int     `json:"cache_hits"`
 	HitEligible  int     `json:"cache_hit_eligible"` // requests with a shared prefix of ≥ 1 full block
+	// Tiers is set when workers reported KV tiers (see Record.KVTiers).
+	Tiers *TierStats `json:"tiers,omitempty"`
 
 	GoodRequests int     `json:"good_requests"`
 	GoodputRPS   float64 `json:"goodput_rps"` // good requests ÷ wall time
@@ -94,6 +96,75 @@ type Aggregate struct {
 	PrefillLocal  int            `json:"prefill_local"`
 	PrefillRemote int            `json:"prefill_remote"`
 	Workers       map[string]int `json:"workers"` // requests per x-switchyard-worker
+}
+
+// TierStats splits the cache hits of a run by KV tier.
+type TierStats struct {
+	// HitRatio is cached ÷ prompt tokens per tier, over the successful
+	// requests that reported tiers; they sum to the run's hit ratio there.
+	HitRatio TierValues `json:"hit_ratio"`
+	// LoadedBytes is the KV loaded into GPU memory from each lower tier.
+	LoadedBytes TierValues `json:"loaded_bytes"`
+	// TTFTByHit is the TTFT of requests grouped by the slowest tier their
+	// hit used: miss (nothing cached), gpu, cpu, disk.
+	TTFTByHit map[string]Quantiles `json:"ttft_by_hit_tier"`
+	Requests  map[string]int       `json:"requests_by_hit_tier"`
+}
+
+// TierValues is one number per KV tier.
+type TierValues struct {
+	GPU  float64 `json:"gpu"`
+	CPU  float64 `json:"cpu"`
+	Disk float64 `json:"disk"`
+}
+
+// HitTier is the slowest tier r's cache hit came from: "miss", "gpu",
+// "cpu" or "disk"; "" when r carries no tier split.
+func (r *Record) HitTier() string {
+	t := r.KVTiers
+	switch {
+	case t == nil:
+		return ""
+	case t.DiskTokens > 0:
+		return "disk"
+	case t.CPUTokens > 0:
+		return "cpu"
+	case t.GPUTokens > 0:
+		return "gpu"
+	}
+	return "miss"
+}
+
+// tierStats summarises the successful records that report tiers; nil when
+// none do.
+func tierStats(recs []Record) *TierStats {
+	var ts TierStats
+	var prompt, gpu, cpu, disk int
+	ttft := map[string][]float64{}
+	for i := range recs {
+		r := &recs[i]
+		if r.Warmup || r.Outcome != OutcomeOK || r.KVTiers == nil {
+			continue
+		}
+		t := r.KVTiers
+		prompt += r.PromptTokens
+		gpu, cpu, disk = gpu+t.GPUTokens, cpu+t.CPUTokens, disk+t.DiskTokens
+		ts.LoadedBytes.CPU += float64(t.CPULoadedBytes)
+		ts.LoadedBytes.Disk += float64(t.DiskLoadedBytes)
+		ttft[r.HitTier()] = append(ttft[r.HitTier()], r.TTFTS)
+	}
+	if len(ttft) == 0 {
+		return nil
+	}
+	if prompt > 0 {
+		p := float64(prompt)
+		ts.HitRatio = TierValues{GPU: float64(gpu) / p, CPU: float64(cpu) / p, Disk: float64(disk) / p}
+	}
+	ts.TTFTByHit, ts.Requests = map[string]Quantiles{}, map[string]int{}
+	for k, v := range ttft {
+		ts.TTFTByHit[k], ts.Requests[k] = quantiles(v), len(v)
+	}
+	return &ts
 }
 
 // Summarize aggregates recs (warm-up records are skipped) over wall seconds
@@ -148,6 +219,7 @@ func Summarize(recs []Record, wall float64, slo SLO) Aggregate {
 		}
 	}
 	a.TTFT, a.ITL, a.E2E = quantiles(ttft), quantiles(itl), quantiles(e2e)
+	a.Tiers = tierStats(recs)
 	a.TTFTP50S, a.TTFTP99S, a.ITLP50S = a.TTFT.P50, a.TTFT.P99, a.ITL.P50
 	if a.PromptTokens > 0 {
 		a.HitRatio = float64(a.CachedTokens) / float64(a.PromptTokens)

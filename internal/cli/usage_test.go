@@ -29,6 +29,8 @@ func TestUsageErrors(t *testing.T) {
 		{"up: no workers", []string{"up", "--workers", "0"}, "--workers"},
 		{"up: link rate without prefill", []string{"up", "--link-rate", "1gbit"}, "--prefill-workers"},
 		{"worker: bad role", []string{"worker", "--role", "chef"}, "--role"},
+		{"ceiling: no trace", []string{"ceiling"}, "--trace"},
+		{"ceiling: disk without host tier", []string{"ceiling", "--trace", "t.jsonl", "--kv-disk-gib", "1"}, "--kv-offload-gib"},
 		{"unknown command", []string{"launch"}, "unknown command"},
 	}
 	for _, tt := range tests {

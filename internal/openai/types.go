@@ -184,6 +184,20 @@ type CompletionRequest struct {
 // PromptTokensDetails is usage.prompt_tokens_details.
 type PromptTokensDetails struct {
 	CachedTokens int `json:"cached_tokens"`
+	// KVTiers is Switchyard's extension: CachedTokens split by the KV tier
+	// they came from and what loading the lower tiers cost. Set by the
+	// simulated engine when it has lower tiers; absent otherwise.
+	KVTiers *KVTiers `json:"switchyard_kv_tiers,omitempty"`
+}
+
+// KVTiers is usage.prompt_tokens_details.switchyard_kv_tiers.
+type KVTiers struct {
+	GPUTokens       int     `json:"gpu_tokens"`
+	CPUTokens       int     `json:"cpu_tokens"`
+	DiskTokens      int     `json:"disk_tokens"`
+	CPULoadedBytes  int64   `json:"cpu_loaded_bytes"`
+	DiskLoadedBytes int64   `json:"disk_loaded_bytes"`
+	LoadMs          float64 `json:"load_ms"` // simulated time until the lower-tier prefix was in GPU memory
 }
 
 // Usage is the token accounting of one request.

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/linkemu"
+	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/router"
 )
 
@@ -45,6 +46,8 @@ type Config struct {
 	PrefillWorkers int        // prefill-role workers
 	Engine         sim.Config // every worker's engine; ID, Role and Publisher are set per worker
 	Router         string     // router policy
+	TierBlind      bool       // kv counts lower-tier hits as misses (router.Config.TierBlind)
+	Alpha          float64    // kv cost weight of prefill blocks; 0 means 1 (router.Config.Alpha)
 	Disagg         gate.Mode
 	LinkRate       linkemu.Rate  // prefill → decode line rate; TCP goodput of it is what moves
 	LinkRTT        time.Duration // per transfer, wall-equivalent
@@ -262,7 +265,7 @@ func newSimulator(cfg Config) (*simulator, error) {
 		pb: bench.NewPromptBuilder(cfg.Seed)}
 	s.index = kvindex.New(kvindex.Config{Shards: 1})
 	var err error
-	s.router, err = router.New(router.Config{Index: s.index, Policy: cfg.Router, Seed: uint64(cfg.Seed),
+	s.router, err = router.New(router.Config{Index: s.index, Policy: cfg.Router, Seed: uint64(cfg.Seed), TierBlind: cfg.TierBlind, Alpha: cfg.Alpha,
 		Now: func() time.Time { return s.wall(s.now) }})
 	if err != nil {
 		return nil, fmt.Errorf("simulate: %w", err)
@@ -552,6 +555,12 @@ func (s *simulator) deliver(w *worker, d sim.Delivery) {
 		rec.Status, rec.Outcome = 200, bench.OutcomeOK
 		rec.E2ES = s.toWall(s.now - r.arrival)
 		rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens = res.PromptTokens, len(res.Output), res.CachedTokens
+		if s.cfg.Engine.KVOffloadGiB > 0 {
+			kvb := int64(w.core.KVBytesPerToken())
+			rec.KVTiers = &openai.KVTiers{GPUTokens: res.TierTokens[0], CPUTokens: res.TierTokens[1], DiskTokens: res.TierTokens[2],
+				CPULoadedBytes: int64(res.TierTokens[1]) * kvb, DiskLoadedBytes: int64(res.TierTokens[2]) * kvb,
+				LoadMs: s.toWall(res.Load) * 1000}
+		}
 		rec.Chunks = len(res.Output)
 		gaps := make([]float64, len(res.Gaps))
 		for i, g := range res.Gaps {

@@ -365,7 +365,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	h.Set(HeaderPrefill, msString(res.Prefill))
 	h.Set(HeaderE2E, msString(e2e))
 	h.Set(HeaderCached, strconv.Itoa(res.CachedTokens))
-	usage := usageOf(results)
+	usage := w.usageOf(results)
 	created := time.Now().Unix()
 	if chat {
 		out := make([]openai.ChatChoice, len(choices))
@@ -524,7 +524,7 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*
 		for i, c := range choices {
 			results[i] = c.st.Result()
 		}
-		u := usageOf(results)
+		u := w.usageOf(results)
 		var err error
 		if chat {
 			err = sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: w.cfg.Model, Choices: []openai.ChatChunkChoice{}, Usage: u})
@@ -536,6 +536,21 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*
 		}
 	}
 	_ = sse.Done()
+}
+
+// usageOf is usageOf plus, on a worker with lower KV tiers, the cached
+// tokens' split by tier.
+func (w *Worker) usageOf(res []Result) *openai.Usage {
+	u := usageOf(res)
+	if w.cfg.KVOffloadGiB > 0 {
+		r, kvb := &res[0], int64(w.KVBytesPerToken())
+		u.PromptTokensDetails.KVTiers = &openai.KVTiers{
+			GPUTokens: r.TierTokens[0], CPUTokens: r.TierTokens[1], DiskTokens: r.TierTokens[2],
+			CPULoadedBytes: int64(r.TierTokens[1]) * kvb, DiskLoadedBytes: int64(r.TierTokens[2]) * kvb,
+			LoadMs: float64(r.Load) / float64(time.Millisecond),
+		}
+	}
+	return u
 }
 
 // usageOf accounts the choices of one request: the prompt once (as vLLM
