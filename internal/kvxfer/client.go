@@ -25,6 +25,9 @@ type ClientConfig struct {
 	// BlockBytes must equal the server's; a mismatch is refused. Required
 	// for Pull.
 	BlockBytes int
+	// ProbeKey is presented before a probe, for a server that requires one
+	// (ServerConfig.ProbeKey).
+	ProbeKey string
 }
 
 // Stats describes one completed pull.
@@ -346,7 +349,11 @@ func (c *Client) Probe(ctx context.Context, nbytes int64) (bytesPerSec float64, 
 	}
 	start := time.Now()
 	req := probeRequest{N: uint64(nbytes)}
-	c.wbuf = req.appendTo(c.wbuf[:0])
+	c.wbuf = c.wbuf[:0]
+	if k := c.cfg.ProbeKey; k != "" {
+		c.wbuf = append(appendHeader(c.wbuf, frameAuth, len(k)), k...)
+	}
+	c.wbuf = req.appendTo(c.wbuf)
 	if err := c.send(c.wbuf); err != nil {
 		return 0, 0, end(err)
 	}

@@ -47,7 +47,10 @@
 // header, the token and the count, refuses an unknown, expired or used
 // lease right there, and reads the block list only when it holds no more
 // hashes than the lease does and fits the server-wide MaxRequestMemory
-// (else CodeBusy). Probe and ping frames over 4 KiB are refused unread. The
+// (else CodeBusy). A probe has no lease: with ServerConfig.ProbeKey set,
+// it is refused (CodeUnauthorized) unless the connection sent that key in
+// an Auth frame first (ClientConfig.ProbeKey does). Control frames over
+// 4 KiB are refused unread. The
 // chunk buffer is allocated only when a request is accepted, and
 // connections beyond MaxConns are closed as soon as they are accepted
 // (counted by ConnsRefused). With a CA configured, mutual TLS authenticates

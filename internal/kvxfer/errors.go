@@ -16,6 +16,7 @@ const (
 	CodeBadRequest   Code = 4 // malformed request, block size mismatch, hash not leased
 	CodeUnavailable  Code = 5 // the server is shutting down
 	CodeBusy         Code = 6 // the server's request memory budget is spent; retry later
+	CodeUnauthorized Code = 7 // a probe without the server's probe key
 )
 
 func (c Code) String() string {
@@ -32,6 +33,8 @@ func (c Code) String() string {
 		return "unavailable"
 	case CodeBusy:
 		return "busy"
+	case CodeUnauthorized:
+		return "unauthorized"
 	}
 	return fmt.Sprintf("code_%d", uint16(c))
 }

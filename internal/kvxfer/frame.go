@@ -14,6 +14,7 @@ const (
 	frameProbeRequest byte = 0x02
 	framePing         byte = 0x03
 	framePong         byte = 0x04
+	frameAuth         byte = 0x05 // a probe key; no answer
 	frameBlockStart   byte = 0x10
 	frameData         byte = 0x11
 	frameBlockEnd     byte = 0x12

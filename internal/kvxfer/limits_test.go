@@ -203,3 +203,27 @@ func TestAutoTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeKey checks a server with a probe key sends probe bytes only to a
+// connection that presented it: a probe has no lease to authenticate it,
+// and each one makes the server send up to MaxProbeBytes.
+func TestProbeKey(t *testing.T) {
+	s := startServer(t, ServerConfig{BlockBytes: 1024, ProbeKey: "pk"})
+	for _, tc := range []struct {
+		name, key string
+		ok        bool
+	}{{"no key", "", false}, {"wrong key", "nope", false}, {"right key", "pk", true}} {
+		c := dial(t, s.Addr(), ClientConfig{BlockBytes: 1024, ProbeKey: tc.key})
+		if _, err := c.Ping(t.Context()); err != nil {
+			t.Fatalf("%s: ping: %v", tc.name, err) // pings stay open: they cost nothing
+		}
+		_, _, err := c.Probe(t.Context(), 1<<20)
+		var re *RemoteError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s: probe: %v", tc.name, err)
+		case !tc.ok && (!errors.As(err, &re) || re.Code != CodeUnauthorized):
+			t.Errorf("%s: probe error %v, want an unauthorized refusal", tc.name, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package kvxfer
 
 import (
+	"crypto/subtle"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -70,6 +71,10 @@ type ServerConfig struct {
 	Shaper *linkemu.Shaper
 	// MaxProbeBytes caps a probe request; default 1 GiB.
 	MaxProbeBytes int64
+	// ProbeKey, when set, must be presented (ClientConfig.ProbeKey) on a
+	// connection before it may ask for a probe: a probe makes the server
+	// send up to MaxProbeBytes, and has no lease to authenticate it.
+	ProbeKey string
 	// MaxConns caps concurrent connections; one more is closed as soon as
 	// it is accepted. Default DefaultMaxConns.
 	MaxConns int
@@ -289,6 +294,8 @@ type serverConn struct {
 	fr   *frameReader
 	buf  []byte
 	ctl  [maxControlLen]byte // payload of probe and ping requests
+	// probeOK: the connection presented the probe key, or none is needed.
+	probeOK bool
 }
 
 // chunkBuf returns the connection's send buffer, allocating it once.
@@ -312,7 +319,7 @@ func (s *Server) serveConn(raw net.Conn) error {
 		}
 		conn = tc
 	}
-	sc := &serverConn{s: s, conn: conn, fr: newFrameReader(conn)}
+	sc := &serverConn{s: s, conn: conn, fr: newFrameReader(conn), probeOK: s.cfg.ProbeKey == ""}
 	for {
 		// One deadline for the whole request frame: a peer that trickles
 		// bytes cannot hold the connection past IOTimeout per request, and
@@ -338,6 +345,17 @@ func (s *Server) serveConn(raw net.Conn) error {
 			if err := sc.servePull(req); err != nil {
 				return ignoreRefusal(err)
 			}
+		case frameAuth:
+			if n > maxControlLen {
+				return ignoreRefusal(sc.refuseConn(CodeBadRequest, fmt.Sprintf("auth of %d bytes: at most %d", n, maxControlLen)))
+			}
+			p := sc.ctl[:n]
+			if err := sc.fr.read(p); err != nil {
+				return fmt.Errorf("kvxfer: read request: %w", err)
+			}
+			if s.cfg.ProbeKey != "" {
+				sc.probeOK = subtle.ConstantTimeCompare(p, []byte(s.cfg.ProbeKey)) == 1
+			}
 		case frameProbeRequest, framePing:
 			if n > maxControlLen {
 				return ignoreRefusal(sc.refuseConn(CodeBadRequest, fmt.Sprintf("request type 0x%02x of %d bytes: at most %d", typ, n, maxControlLen)))
@@ -347,6 +365,9 @@ func (s *Server) serveConn(raw net.Conn) error {
 				return fmt.Errorf("kvxfer: read request: %w", err)
 			}
 			if typ == frameProbeRequest {
+				if !sc.probeOK {
+					return ignoreRefusal(sc.refuseConn(CodeUnauthorized, "probe: present the probe key first (the workers' --worker-key)"))
+				}
 				var req probeRequest
 				if err := req.decode(p); err != nil {
 					return sc.refuse(CodeBadRequest, fmt.Sprintf("probe request: %v", err))

@@ -129,7 +129,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			host, _, _ := net.SplitHostPort(ln.Addr().String())
 			addr = net.JoinHostPort(host, "0")
 		}
-		xcfg := kvxfer.ServerConfig{Addr: addr, TLS: cfg.KVXferServerTLS, BlockBytes: bb, Logger: log}
+		xcfg := kvxfer.ServerConfig{Addr: addr, TLS: cfg.KVXferServerTLS, BlockBytes: bb, Logger: log, ProbeKey: cfg.WorkerKey}
 		if cfg.LinkRate > 0 {
 			xcfg.Shaper = linkemu.NewShaper(cfg.LinkRate.TCPGoodput(), 0)
 		}
@@ -370,7 +370,7 @@ func (w *Worker) serveProbe(rw http.ResponseWriter, r *http.Request) {
 		openai.WriteError(rw, http.StatusForbidden, openai.TypeInvalidRequest, "addr", err.Error())
 		return
 	}
-	c, err := kvxfer.Dial(r.Context(), req.Addr, kvxfer.ClientConfig{TLS: w.cfg.KVXferClientTLS, BlockBytes: w.sim.BlockBytes()})
+	c, err := kvxfer.Dial(r.Context(), req.Addr, kvxfer.ClientConfig{TLS: w.cfg.KVXferClientTLS, BlockBytes: w.sim.BlockBytes(), ProbeKey: w.cfg.WorkerKey})
 	if err == nil {
 		defer c.Close()
 		start := time.Now()
