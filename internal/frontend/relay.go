@@ -70,10 +70,21 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	idle.Stop() // armed once headers arrive
 	defer idle.Stop()
 
+	// finish tells InFlight the request is done, once: as soon as the
+	// worker's answer is complete (before the client sees its end and
+	// sends its next request, maybe to another replica that hears of the
+	// finish over the bus), or when forward returns.
+	finished := false
+	finish := func() {
+		if !finished && s.deps.InFlight != nil {
+			finished = true
+			s.deps.InFlight.Finished(wk.ID, reqID)
+		}
+	}
 	if s.deps.InFlight != nil {
 		bs := s.cfg.BlockSize
 		s.deps.InFlight.Started(wk.ID, reqID, max(0, len(pr.hashes)-rt.overlap), (len(pr.tokens)+bs-1)/bs)
-		defer s.deps.InFlight.Finished(wk.ID, reqID)
+		defer finish()
 	}
 	ctr := s.inflightCounter(wk.ID)
 	ctr.Add(1)
@@ -177,6 +188,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			// envelope says why.
 			s.m.errors.WithLabelValues(errKindWorker4xx).Inc()
 		}
+		finish()
 		h := w.Header()
 		h.Set("Content-Type", resp.Header.Get("Content-Type"))
 		s.setRouteHeaders(h, rt, s.cfg.BlockSize)
@@ -201,7 +213,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	s.setRouteHeaders(h, rt, s.cfg.BlockSize)
 	w.WriteHeader(resp.StatusCode)
 
-	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout}
+	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: finish}
 	fl, _ := w.(http.Flusher)
 	err = s.relayStream(w, fl, br, idle, &st)
 	if st.hasUsage {
@@ -269,6 +281,7 @@ type relayState struct {
 	start     time.Time
 	workerID  string
 	requestID string
+	finish    func() // tells InFlight the request is done; nil: nothing to tell
 
 	last       time.Time // time of the last content chunk
 	ttft       time.Duration
@@ -426,6 +439,9 @@ func (s *Server) inspect(p []byte, st *relayState) {
 	switch {
 	case bytes.Equal(p, donePayload):
 		st.sawDone = true
+		if st.finish != nil {
+			st.finish() // before [DONE] reaches the client
+		}
 		return
 	case bytes.HasPrefix(p, errorPrefix):
 		st.sawError = true

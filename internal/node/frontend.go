@@ -184,7 +184,12 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}()
 
 	f.index = kvindex.New(kvindex.Config{})
-	if f.router, err = router.New(router.Config{Index: f.index, Policy: cfg.Policy, Alpha: cfg.Alpha, Seed: cfg.Seed, TierBlind: cfg.TierBlind}); err != nil {
+	if cfg.ShareState && cfg.ReplicaID == "" {
+		cfg.ReplicaID = replica.RandomID()
+		f.cfg.ReplicaID = cfg.ReplicaID
+	}
+	if f.router, err = router.New(router.Config{Index: f.index, Policy: cfg.Policy, Alpha: cfg.Alpha, Seed: cfg.Seed, TierBlind: cfg.TierBlind,
+		RotationStart: rotationStart(cfg.ReplicaID)}); err != nil {
 		return nil, err
 	}
 	if err = f.router.Register(cfg.Registry); err != nil {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"hash/fnv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +16,17 @@ var (
 	_ replica.Applier   = peerApplier{}
 	_ frontend.Cluster  = adapters{}
 )
+
+// rotationStart derives the router's tie rotation start from the replica
+// ID, so replicas break ties differently (0 for a lone frontend).
+func rotationStart(id string) uint64 {
+	if id == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return h.Sum64() >> 1 // keep the counter far from wrapping
+}
 
 // sharedInFlight tells both the router and the peers (through the sharer;
 // nil when sharing is off) about this replica's requests.

@@ -141,15 +141,20 @@ type peer struct {
 	fullSeen map[string]bool
 }
 
+// RandomID returns a fresh replica ID, "fe-" and 8 hex digits.
+func RandomID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "fe-" + hex.EncodeToString(b[:])
+}
+
 // New returns a Sharer; Run starts it.
 func New(cfg Config) (*Sharer, error) {
 	if cfg.NC == nil || cfg.Apply == nil {
 		return nil, errors.New("replica: NC and Apply are required")
 	}
 	if cfg.ID == "" {
-		var b [4]byte
-		_, _ = rand.Read(b[:])
-		cfg.ID = "fe-" + hex.EncodeToString(b[:])
+		cfg.ID = RandomID()
 	}
 	if err := bus.ValidateName("replica id", cfg.ID); err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
@@ -464,19 +469,21 @@ func (s *Sharer) flush(full bool) {
 	s.publish(msgs)
 }
 
-// approxMessages groups records by worker and decision time (to the
-// millisecond) and packs them into bounded messages.
+// approxMessages groups records by worker and decision time and packs them
+// into bounded messages. The time is kept to the nanosecond: replicas that
+// decided one hash differently within a millisecond must agree on which
+// decision came last, or each would keep its own.
 func approxMessages(recs map[uint64]approxRec) []*message {
 	if len(recs) == 0 {
 		return nil
 	}
 	type key struct {
 		worker string
-		ms     int64
+		at     int64
 	}
 	groups := map[key][]uint64{}
 	for h, r := range recs {
-		k := key{r.worker, r.at / int64(time.Millisecond)}
+		k := key{r.worker, r.at}
 		groups[k] = append(groups[k], h)
 	}
 	var msgs []*message
@@ -488,7 +495,7 @@ func approxMessages(recs map[uint64]approxRec) []*message {
 			for i, h := range hs[:take] {
 				binary.LittleEndian.PutUint64(buf[8*i:], h)
 			}
-			cur.Approx = append(cur.Approx, approxMsg{Worker: k.worker, At: k.ms * int64(time.Millisecond), Hashes: buf})
+			cur.Approx = append(cur.Approx, approxMsg{Worker: k.worker, At: k.at, Hashes: buf})
 			hs, n = hs[take:], n+take
 			if n == maxHashesPerMsg {
 				msgs = append(msgs, cur)
@@ -659,6 +666,19 @@ func (s *Sharer) receive(nm *nats.Msg) {
 			hs[i] = binary.LittleEndian.Uint64(a.Hashes[8*i:])
 		}
 		s.cfg.Apply.RecordApprox(a.Worker, hs, time.Unix(0, a.At))
+		// What the peers last heard for these hashes is now this record:
+		// a later local decision for another worker must be sent, or the
+		// replicas' views would drift apart and each keep its own copy.
+		s.mu.Lock()
+		if len(s.shared)+len(hs) > maxShared {
+			clear(s.shared)
+		}
+		for _, h := range hs {
+			if prev, ok := s.shared[h]; !ok || prev.at <= a.At {
+				s.shared[h] = approxRec{worker: a.Worker, at: a.At}
+			}
+		}
+		s.mu.Unlock()
 	}
 	for _, l := range m.Links {
 		if l.From != "" && l.To != "" && l.BytesPerSec > 0 {

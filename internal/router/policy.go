@@ -120,8 +120,12 @@ const maxRotations = 1024
 // one. The zero value is ready to use; safe for concurrent use; a warm
 // call does not allocate.
 type rotation struct {
-	mu sync.RWMutex              // guards m
-	m  map[uint64]*atomic.Uint64 // candidate-set key → picks made from that set
+	// start is where every counter begins: frontend replicas that start
+	// at different offsets do not send simultaneous cold prompts to the
+	// same worker before they hear of each other's decisions.
+	start uint64
+	mu    sync.RWMutex              // guards m
+	m     map[uint64]*atomic.Uint64 // candidate-set key → picks made from that set
 }
 
 // next returns how many picks were made from this candidate set before,
@@ -138,6 +142,7 @@ func (r *rotation) next(workers []Worker) uint64 {
 				r.m = make(map[uint64]*atomic.Uint64)
 			}
 			c = new(atomic.Uint64)
+			c.Store(r.start)
 			r.m[k] = c
 		}
 		r.mu.Unlock()

@@ -22,6 +22,9 @@ type Config struct {
 	Alpha float64
 	// Seed seeds the random policy.
 	Seed uint64
+	// RotationStart is where the tie-breaking rotation of kv, round-robin
+	// and least-loaded starts; replicas of one deployment should differ.
+	RotationStart uint64
 	// ApproxTTL is how long a routing decision counts as cached on its
 	// worker in the approximate index; 0 means 120 s. It should not exceed
 	// how long a worker typically keeps an idle prefix cached.
@@ -85,7 +88,9 @@ func New(cfg Config) (*Router, error) {
 		m:         newMetrics(),
 	}
 	r.pool.New = func() any { return new(scratch) }
-	ps := []Policy{&KV{Alpha: cfg.Alpha}, &RoundRobin{}, NewRandom(cfg.Seed), &LeastLoaded{}}
+	kv, rr, ll := &KV{Alpha: cfg.Alpha}, &RoundRobin{}, &LeastLoaded{}
+	kv.rot.start, rr.rot.start, ll.rot.start = cfg.RotationStart, cfg.RotationStart, cfg.RotationStart
+	ps := []Policy{kv, rr, NewRandom(cfg.Seed), ll}
 	r.byName = make(map[string]Policy, len(ps))
 	for _, p := range ps {
 		r.byName[p.Name()] = p
