@@ -108,6 +108,12 @@ type EventStatus struct {
 	Gaps         uint64        `json:"gaps"`
 	Resyncs      uint64        `json:"resyncs"`
 	Malformed    uint64        `json:"malformed"`
+	// IndexedBlocks is what the prefix index holds for the worker, per KV
+	// tier (gpu, cpu, disk); a block in two tiers counts in both.
+	IndexedBlocks map[string]int `json:"indexed_blocks,omitempty"`
+	// UnknownMedia counts events whose medium was unknown (indexed as the
+	// slowest tier).
+	UnknownMedia uint64 `json:"unknown_media"`
 }
 
 // MarshalJSON adds last_event_age_s in seconds.

@@ -54,6 +54,9 @@ type Index struct {
 	// held counts each worker's entries, by WorkerID: how much of its cache
 	// the index says is in use (256 KiB for MaxWorkers counters).
 	held [MaxWorkers + 1]atomic.Int64
+	// heldTier counts them per tier (an entry in two tiers counts in both),
+	// by WorkerID (192 KiB).
+	heldTier [MaxWorkers + 1][NumTiers]atomic.Int64
 }
 
 // New returns an empty Index.
@@ -193,21 +196,26 @@ func (x *Index) apply(hashes []uint64, id WorkerID, store bool, mask uint16) {
 		for j < len(hashes) && x.shardOf(slotKey(hashes[j])) == s {
 			j++
 		}
-		delta := int64(0)
+		delta, tierDelta := int64(0), int64(0)
 		s.mu.Lock()
 		s.seq.Add(1)
 		for _, h := range hashes[i:j] {
 			k := slotKey(h)
-			if store && s.add(k, id, mask, x.topMask) {
-				delta++
-			} else if !store && s.remove(k, id, mask, x.topMask) {
-				delta--
+			if store {
+				added, bits := s.add(k, id, mask, x.topMask)
+				delta += b2i(added)
+				tierDelta += b2i(bits != 0)
+			} else {
+				removed, bits := s.remove(k, id, mask, x.topMask)
+				delta -= b2i(removed)
+				tierDelta -= b2i(bits != 0)
 			}
 		}
 		s.seq.Add(1)
 		s.mu.Unlock()
 		s.pairs.Add(delta)
 		x.held[id].Add(delta)
+		x.heldTier[id][tierOfBit(mask)].Add(tierDelta)
 		i = j
 	}
 }
@@ -265,12 +273,38 @@ func (x *Index) clearID(id WorkerID) {
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.Lock()
-		if n := s.without(id, x.topMask); n > 0 {
+		if n, tiers := s.without(id, x.topMask); n > 0 {
 			s.pairs.Add(int64(-n))
 			x.held[id].Add(int64(-n))
+			for t, c := range tiers {
+				x.heldTier[id][t].Add(-c)
+			}
 		}
 		s.mu.Unlock()
 	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// WorkerTierBlocks returns how many blocks the index says worker holds in
+// each tier (a block held in two tiers counts in both; zeros for an unknown
+// worker). Cost: one map lookup under a read lock.
+func (x *Index) WorkerTierBlocks(worker string) [NumTiers]int {
+	x.mu.RLock()
+	id, ok := x.ids[worker]
+	x.mu.RUnlock()
+	var out [NumTiers]int
+	if ok {
+		for t := range out {
+			out[t] = int(x.heldTier[id][t].Load())
+		}
+	}
+	return out
 }
 
 // DropWorker forgets worker and all its blocks; its ID may later be reused.
@@ -284,6 +318,9 @@ func (x *Index) DropWorker(worker string) {
 	}
 	x.clearID(id)
 	x.held[id].Store(0)
+	for t := range NumTiers {
+		x.heldTier[id][t].Store(0)
+	}
 	delete(x.ids, worker)
 	old := *x.names.Load()
 	names := make([]string, len(old))

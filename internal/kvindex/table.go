@@ -282,8 +282,9 @@ func (t *table) del(i uint64) {
 
 // add records that worker id holds the block under key k in the tiers of
 // mask (tier bits, as Tier.bit). Called with mu held and seq odd. It reports
-// whether the (block, worker) entry is new; a known entry gains the tiers.
-func (s *shard) add(k uint64, id WorkerID, mask uint16, topMask uint64) bool {
+// whether the (block, worker) entry is new, and the tier bits it gained (a
+// known entry gains the tiers it lacked).
+func (s *shard) add(k uint64, id WorkerID, mask uint16, topMask uint64) (bool, uint16) {
 	m := uint16(id) | mask
 	t := s.tab.Load()
 	hi := t.find(k)
@@ -291,20 +292,21 @@ func (s *shard) add(k uint64, id WorkerID, mask uint16, topMask uint64) bool {
 		t = s.reserve(1)
 		t.put(k, uint64(m)|1<<48)
 		s.used++
-		return true
+		return true, mask
 	}
 	head := t.slots[hi].loadVal()
 	n := int(lane(head, 3))
 	if j := setIndex(t, k, head, n, id, topMask); j >= 0 {
 		si := slotOf(t, k, j, topMask)
 		v := t.slots[si].loadVal()
-		if old := lane(v, j%idsPerSlot); old|mask != old {
+		old := lane(v, j%idsPerSlot)
+		if old|mask != old {
 			t.slots[si].storeVal(setLane(v, j%idsPerSlot, old|mask))
 		}
-		return false
+		return false, mask &^ old
 	}
 	if n >= maxHolders {
-		return false
+		return false, 0
 	}
 	si, li := n/idsPerSlot, n%idsPerSlot
 	switch {
@@ -320,7 +322,7 @@ func (s *shard) add(k uint64, id WorkerID, mask uint16, topMask uint64) bool {
 		t.slots[ci].storeVal(setLane(t.slots[ci].loadVal(), li, m))
 	}
 	t.slots[hi].storeVal(setLane(head, 3, uint16(n+1)))
-	return true
+	return true, mask
 }
 
 // reserve makes room for extra more slots, doubling the table when needed.
@@ -376,30 +378,34 @@ func slotOf(t *table, k uint64, j int, topMask uint64) int {
 
 // remove drops the tiers of mask from worker id's entry under key k, and the
 // entry itself once it has no tier left. Called with mu held and seq odd. It
-// reports whether the entry was removed.
-func (s *shard) remove(k uint64, id WorkerID, mask uint16, topMask uint64) bool {
+// reports whether the entry was removed, and the tier bits it lost.
+func (s *shard) remove(k uint64, id WorkerID, mask uint16, topMask uint64) (bool, uint16) {
 	t := s.tab.Load()
 	hi := t.find(k)
 	if hi < 0 {
-		return false
+		return false, 0
 	}
 	head := t.slots[hi].loadVal()
 	n := int(lane(head, 3))
 	p := setIndex(t, k, head, n, id, topMask)
 	if p < 0 {
-		return false
+		return false, 0
 	}
 	pi := slotOf(t, k, p, topMask)
-	if pv := t.slots[pi].loadVal(); lane(pv, p%idsPerSlot)&^mask&^idMask != 0 {
+	pv := t.slots[pi].loadVal()
+	lost := lane(pv, p%idsPerSlot) & mask
+	if lane(pv, p%idsPerSlot)&^mask&^idMask != 0 {
 		// Still held in another tier: drop only these.
-		t.slots[pi].storeVal(setLane(pv, p%idsPerSlot, lane(pv, p%idsPerSlot)&^mask))
-		return false
+		if lost != 0 {
+			t.slots[pi].storeVal(setLane(pv, p%idsPerSlot, lane(pv, p%idsPerSlot)&^mask))
+		}
+		return false, lost
 	}
 	last := n - 1
 	if last == 0 {
 		t.del(uint64(hi))
 		s.used--
-		return true
+		return true, lost
 	}
 	// Move the last member into p, then shrink the set by one.
 	li := slotOf(t, k, last, topMask)
@@ -414,13 +420,15 @@ func (s *shard) remove(k uint64, id WorkerID, mask uint16, topMask uint64) bool 
 	}
 	hi = t.find(k)
 	t.slots[hi].storeVal(setLane(t.slots[hi].loadVal(), 3, uint16(last)))
-	return true
+	return true, lost
 }
 
-// without rebuilds the shard with worker id removed from every set. It builds the new table while readers keep
-// using the old one, then publishes it; mu must be held. It returns the
-// number of entries removed.
-func (s *shard) without(id WorkerID, topMask uint64) int {
+// without rebuilds the shard with worker id removed from every set. It
+// builds the new table while readers keep using the old one, then publishes
+// it; mu must be held. It returns the number of entries removed and, per
+// tier, how many of them held the block there.
+func (s *shard) without(id WorkerID, topMask uint64) (int, [NumTiers]int64) {
+	var tiers [NumTiers]int64
 	old := s.tab.Load()
 	nt := newTable(len(old.slots))
 	fresh := &shard{}
@@ -445,17 +453,20 @@ func (s *shard) without(id WorkerID, topMask uint64) int {
 			m := lane(v, li)
 			if WorkerID(m&idMask) == id {
 				removed++
+				for tr := range NumTiers {
+					tiers[tr] += int64(m >> (tierShift + tr) & 1)
+				}
 				continue
 			}
 			fresh.add(k, WorkerID(m&idMask), m&^idMask, topMask)
 		}
 	}
 	if removed == 0 {
-		return 0
+		return 0, tiers
 	}
 	s.seq.Add(1)
 	s.tab.Store(fresh.tab.Load())
 	s.used = fresh.used
 	s.seq.Add(1)
-	return removed
+	return removed, tiers
 }

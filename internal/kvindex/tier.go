@@ -41,6 +41,9 @@ func (t Tier) bit() uint16 {
 	return 1 << (tierShift + uint(t))
 }
 
+// tierOfBit is the tier of a single tier bit (as Tier.bit).
+func tierOfBit(b uint16) Tier { return bestTier(b >> tierShift) }
+
 // TierCounts counts blocks by tier.
 type TierCounts [NumTiers]int32
 

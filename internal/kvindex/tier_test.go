@@ -168,5 +168,16 @@ func TestTiersAgainstModel(t *testing.T) {
 		if got := x.Entries(); got != entries {
 			t.Fatalf("step %d: Entries = %d, want %d", step, got, entries)
 		}
+		var want [NumTiers]int
+		for _, s := range m {
+			for tr := range NumTiers {
+				if s[w]&(1<<tr) != 0 {
+					want[tr]++
+				}
+			}
+		}
+		if got := x.WorkerTierBlocks(w); got != want {
+			t.Fatalf("step %d: WorkerTierBlocks(%s) = %v, want %v", step, w, got, want)
+		}
 	}
 }

@@ -106,6 +106,7 @@ func (a adapters) EventStatus(id string) (frontend.EventStatus, bool) {
 	return frontend.EventStatus{
 		State: h.State.String(), Cause: h.Cause, Epoch: h.Epoch, LastSeq: h.LastSeq, LastEventAge: h.LastEventAge,
 		Batches: h.Batches, Blocks: h.Blocks, Gaps: h.Gaps, Resyncs: h.Resyncs, Malformed: h.Malformed,
+		IndexedBlocks: tierMap(a.f.index.WorkerTierBlocks(id)), UnknownMedia: h.UnknownMedia,
 	}, true
 }
 
@@ -226,4 +227,9 @@ func (a adapters) Predict(_ context.Context, in frontend.PredictInput) (frontend
 	}
 	out.Link, _ = a.Link(p.ID, d.ID)
 	return out, nil
+}
+
+// tierMap names per-tier counts for /health.
+func tierMap(c [kvindex.NumTiers]int) map[string]int {
+	return map[string]int{"gpu": c[kvindex.TierGPU], "cpu": c[kvindex.TierCPU], "disk": c[kvindex.TierDisk]}
 }

@@ -448,6 +448,10 @@ func (r *runner) checkRouting(ctx context.Context) Check {
 	policies := map[string]int{}
 	var ttft float64
 	errs := 0
+	var tierPrompt int
+	var tierTokens [3]int
+	var loaded [3]int64
+	tierTTFT, tierN := map[string]float64{}, map[string]int{}
 	// Prefixes are drawn at random (seeded), not in rotation: a rotation
 	// can line up with a round-robin router and score it perfect.
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed))
@@ -468,9 +472,39 @@ func (r *runner) checkRouting(ctx context.Context) Check {
 		if resp.CachedTokens >= shared {
 			res.Hits++
 		}
+		if t := resp.KVTiers; t != nil {
+			tierPrompt += resp.PromptTokens
+			tierTokens[0], tierTokens[1], tierTokens[2] = tierTokens[0]+t.GPUTokens, tierTokens[1]+t.CPUTokens, tierTokens[2]+t.DiskTokens
+			loaded[1], loaded[2] = loaded[1]+t.CPULoadedBytes, loaded[2]+t.DiskLoadedBytes
+			k := "miss"
+			switch {
+			case t.DiskTokens > 0:
+				k = "disk"
+			case t.CPUTokens > 0:
+				k = "cpu"
+			case t.GPUTokens > 0:
+				k = "gpu"
+			}
+			tierTTFT[k] += resp.TTFTS
+			tierN[k]++
+		}
 	}
 	if res.OK > 0 {
 		res.MeanTTFTS = ttft / float64(res.OK)
+	}
+	if len(tierN) > 0 {
+		rt := &RoutingTiers{HitRatio: map[string]float64{}, LoadedBytes: map[string]int64{"cpu": loaded[1], "disk": loaded[2]}, MeanTTFTS: map[string]float64{}}
+		for i, name := range []string{"gpu", "cpu", "disk"} {
+			if tierPrompt > 0 {
+				rt.HitRatio[name] = float64(tierTokens[i]) / float64(tierPrompt)
+			}
+		}
+		for k, n := range tierN {
+			rt.MeanTTFTS[k] = tierTTFT[k] / float64(n)
+		}
+		res.Tiers = rt
+		ch.Notes = append(ch.Notes, fmt.Sprintf("by KV tier: hit ratio gpu %.2f, cpu %.2f, disk %.2f; loaded %.1f MB from cpu, %.1f MB from disk",
+			rt.HitRatio["gpu"], rt.HitRatio["cpu"], rt.HitRatio["disk"], float64(loaded[1])/1e6, float64(loaded[2])/1e6))
 	}
 	if p := mostCommon(policies); p != "" {
 		res.Policy = p

@@ -285,6 +285,7 @@ type probe struct {
 	Policy       string // x-switchyard-policy
 	Overlap      int    // x-switchyard-overlap-tokens, -1 if absent
 	HasUsage     bool
+	KVTiers      *openai.KVTiers // usage's cached tokens by KV tier, from a worker with lower tiers
 }
 
 // complete sends prompt as a streamed completion, pinned to worker when pin
@@ -363,7 +364,7 @@ func (c *client) complete(ctx context.Context, prompt []uint32, pin string, maxT
 		if u := chunk.Usage; u != nil {
 			p.HasUsage, p.PromptTokens = true, u.PromptTokens
 			if u.PromptTokensDetails != nil {
-				p.CachedTokens = u.PromptTokensDetails.CachedTokens
+				p.CachedTokens, p.KVTiers = u.PromptTokensDetails.CachedTokens, u.PromptTokensDetails.KVTiers
 			}
 		}
 	}

@@ -182,6 +182,19 @@ type RoutingResult struct {
 	MinHitRatio       float64        `json:"min_hit_ratio"`
 	Workers           map[string]int `json:"workers"` // measured requests per serving worker
 	MeanTTFTS         float64        `json:"mean_ttft_s"`
+	// Tiers splits the hits by KV tier when workers report tiers.
+	Tiers *RoutingTiers `json:"tiers,omitempty"`
+}
+
+// RoutingTiers is the routing check's cache hits by KV tier.
+type RoutingTiers struct {
+	// HitRatio is cached ÷ prompt tokens from each tier (gpu, cpu, disk).
+	HitRatio map[string]float64 `json:"hit_ratio"`
+	// LoadedBytes is the KV loaded from each lower tier (cpu, disk).
+	LoadedBytes map[string]int64 `json:"loaded_bytes"`
+	// MeanTTFTS is the mean TTFT of the requests whose hit's slowest tier
+	// was the key (miss, gpu, cpu, disk).
+	MeanTTFTS map[string]float64 `json:"mean_ttft_s_by_hit_tier"`
 }
 
 // Link is one prefill→decode pair's measured link.
