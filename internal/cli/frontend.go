@@ -24,6 +24,7 @@ type frontendCmd struct {
 	natsAddr  string
 	logLevel  string
 	linkLabel string
+	tokenizer string
 }
 
 func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
@@ -33,6 +34,7 @@ func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
 	fs.StringVar(&f.node.Model, "model", "qwen3-0.6b", "the model this deployment serves; workers of other models are refused")
 	fs.IntVar(&f.node.BlockSize, "block-size", 16, "KV block size; workers with another are refused")
 	frontendFlags(fs, &f.node)
+	tokenizerFlag(fs, &f.tokenizer)
 	f.bus.add(fs, "NATS URL (empty: run an embedded NATS server, see --nats-addr)")
 	f.bus.login.add(fs, true)
 	fs.StringVar(&f.natsAddr, "nats-addr", "127.0.0.1:4222", "embedded NATS listen address, when --nats is empty (port 0 picks one)")
@@ -173,6 +175,12 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 		defer os.Remove(bc.secretPath)
 	}
 	cfg.NC = bc.nc
+	tok, err := openTokenizer(f.tokenizer)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
+		return ExitFail
+	}
+	cfg.Tokenizer = tok
 	fe, err := node.StartFrontend(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
@@ -199,6 +207,7 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 	default:
 		fmt.Fprintf(env.Stderr, "start workers with: switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101 (and their NATS login)\n", natsURL, f.bus.namespace)
 	}
+	fmt.Fprintf(env.Stderr, "tokenizer: %s\n", tok.Name())
 	<-ctx.Done()
 	return ExitOK
 }

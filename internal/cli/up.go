@@ -36,6 +36,7 @@ type upCmd struct {
 	logLevel       string
 	kvxferTLS      string
 	engineWire     string
+	tokenizer      string
 }
 
 func parseUpFlags(args []string, env Env) (upCmd, int) {
@@ -48,6 +49,7 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	fs.StringVar(&u.linkRate, "link-rate", "", "emulate the prefill → decode link at this rate, e.g. 1gbit or 10gbit (in-process token bucket)")
 	engineFlags(fs, &u.engine)
 	frontendFlags(fs, &u.frontend)
+	tokenizerFlag(fs, &u.tokenizer)
 	u.bus.add(fs, "NATS URL (empty: embedded server on --nats-addr)")
 	u.bus.login.add(fs, true)
 	fs.StringVar(&u.natsAddr, "nats-addr", "127.0.0.1:0", "embedded NATS listen address (port 0 picks a free one)")
@@ -152,7 +154,14 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	defer bc.close()
 	nc, natsURL := bc.nc, bus.RedactURL(bc.url)
 
+	tok, err := openTokenizer(u.tokenizer)
+	if err != nil {
+		return fail(ExitFail, err)
+	}
+	u.engine.Tokenizer = tok
+
 	fcfg := u.frontend
+	fcfg.Tokenizer = tok
 	fcfg.NC, fcfg.Subjects, fcfg.RegistryTTL, fcfg.Logger = nc, subj, u.bus.registryTTL, log
 	fcfg.Model, fcfg.BlockSize = u.engine.Model, u.engine.BlockSize
 	if rate > 0 {
@@ -256,7 +265,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 			xfer += " (auto certificates)"
 		}
 	}
-	fmt.Fprintf(env.Stderr, "workers:\n%s\nNATS %s, router %s, disagg %s%s\n", strings.Join(lines, "\n"), natsURL, fcfg.Policy, fcfg.Disagg, xfer)
+	fmt.Fprintf(env.Stderr, "workers:\n%s\nNATS %s, router %s, disagg %s%s, tokenizer %s\n", strings.Join(lines, "\n"), natsURL, fcfg.Policy, fcfg.Disagg, xfer, tok.Name())
 	auth := ""
 	if fcfg.APIKey != "" {
 		auth = ` -H "Authorization: Bearer $SWITCHYARD_API_KEY"`

@@ -19,18 +19,19 @@ func init() {
 
 // workerFlags are the worker's command-line settings.
 type workerFlags struct {
-	engine   string
-	logLevel string
-	linkRate string
-	events   kvEventsFlag
-	bus      busFlags
-	bridge   bridge.Config
-	wire     string // --kv-events-wire: "" (NATS) or vllm
-	wireArr  bool
-	wireOld  bool
-	replay   string
-	tls      kvxfer.TLSFiles
-	node     node.WorkerConfig
+	engine    string
+	tokenizer string
+	logLevel  string
+	linkRate  string
+	events    kvEventsFlag
+	bus       busFlags
+	bridge    bridge.Config
+	wire      string // --kv-events-wire: "" (NATS) or vllm
+	wireArr   bool
+	wireOld   bool
+	replay    string
+	tls       kvxfer.TLSFiles
+	node      node.WorkerConfig
 }
 
 func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
@@ -41,6 +42,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.StringVar(&f.node.Sim.ID, "id", "sim-0", "worker id (unique in the deployment)")
 	fs.StringVar(&f.node.Sim.Role, "role", "aggregated", "aggregated, prefill or decode")
 	engineFlags(fs, &f.node.Sim)
+	tokenizerFlag(fs, &f.tokenizer)
 	f.bus.add(fs, "NATS URL to register and publish KV events on (empty: standalone, no registration)")
 	f.bus.login.add(fs, false)
 	f.events = kvEventsFlag{on: true}
@@ -66,6 +68,10 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	switch f.engine {
 	case "sim":
 	case bridge.EngineVLLM, bridge.EngineSGLang:
+		if f.tokenizer != "cl100k" {
+			fmt.Fprintf(env.Stderr, "switchyard worker: --tokenizer is for --engine sim; a real engine tokenizes with its own model files\n")
+			return f, ExitUsage
+		}
 		return parseBridgeFlags(fs, f, env)
 	default:
 		fmt.Fprintf(env.Stderr, "switchyard worker: --engine %q: want sim, vllm or sglang\n", f.engine)
@@ -160,6 +166,10 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 		defer nc.Close()
 		cfg.NC = nc
 		cfg.RegistryTTL = f.bus.registryTTL
+	}
+	if cfg.Sim.Tokenizer, err = openTokenizer(f.tokenizer); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitFail
 	}
 	w, err := node.StartWorker(ctx, cfg)
 	if err != nil {

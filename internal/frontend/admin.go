@@ -149,11 +149,15 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 	var toks []uint32
 	switch {
 	case len(in.Messages) > 0:
-		toks = s.tok.Encode(tokenizer.ChatPrompt(in.Messages))
+		var err error
+		if toks, err = s.tok.EncodeChat(in.Messages, tokenizer.DefaultChat); err != nil {
+			s.fail(w, badRequest("messages", "frontend: %v", err))
+			return
+		}
 	case in.Prompt != nil && in.Prompt.IsTokens:
 		toks = in.Prompt.Tokens
 	case in.Prompt != nil:
-		toks = s.tok.Encode(in.Prompt.Text)
+		toks = s.tok.EncodePrompt(in.Prompt.Text)
 	default:
 		s.fail(w, badRequest("prompt", "frontend: lookup needs prompt or messages"))
 		return

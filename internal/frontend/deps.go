@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
 // Roles a worker can take; the same strings as the worker registry uses.
@@ -273,10 +275,9 @@ type BusHealth interface {
 	BusStatus() BusStatus
 }
 
-// Tokenizer turns prompt text into token IDs; *tokenizer.Tokenizer fits.
-type Tokenizer interface {
-	Encode(text string) []uint32
-}
+// Tokenizer turns prompts and chats into the token IDs the engine will
+// compute: tokenizer.Model (cl100k or a model's tokenizer.json) fits.
+type Tokenizer = tokenizer.Encoder
 
 // Deps are the components the frontend consumes. Workers and Router are
 // required; the rest are optional (nil disables what needs them).

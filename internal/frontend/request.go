@@ -137,7 +137,11 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		if err := openai.CheckRoles(req.Messages); err != nil {
 			return nil, badRequest("messages", "frontend: %v", err)
 		}
-		pr.tokens = s.tok.Encode(tokenizer.ChatPrompt(req.Messages))
+		toks, err := s.tok.EncodeChat(req.Messages, tokenizer.DefaultChat)
+		if err != nil {
+			return nil, badRequest("messages", "frontend: %v", err)
+		}
+		pr.tokens = toks
 	} else {
 		switch {
 		case req.Prompt == nil:
@@ -148,7 +152,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 			}
 			pr.tokens = req.Prompt.Tokens
 		default:
-			pr.tokens = s.tok.Encode(req.Prompt.Text)
+			pr.tokens = s.tok.EncodePrompt(req.Prompt.Text)
 		}
 	}
 	pr.hashes = kvindex.HashChain(make([]uint64, 0, len(pr.tokens)/s.cfg.BlockSize), req.CacheSalt, pr.tokens, s.cfg.BlockSize)

@@ -100,7 +100,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("frontend: %w", err)
 		}
-		s.tok = t
+		s.tok = tokenizer.Cl100k{Tokenizer: t}
 	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {
@@ -130,6 +130,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCompletion(endpointChat))
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion(endpointCompletions))
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
 	s.mux.HandleFunc("GET /admin/router", s.admin(s.handleGetRouter))

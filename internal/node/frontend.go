@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/replica"
 	"github.com/switchyard-llm/switchyard/internal/router"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
 // FrontendConfig configures a frontend node.
@@ -38,6 +39,8 @@ type FrontendConfig struct {
 
 	Model     string
 	BlockSize int
+	// Tokenizer tokenizes prompts and chats for routing (nil: cl100k).
+	Tokenizer tokenizer.Encoder
 
 	Policy string  // router policy; "" means kv
 	Alpha  float64 // kv cost weight; 0 means 1
@@ -276,6 +279,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share}, Events: a, Gate: a, Index: a,
 		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a, Cluster: a,
+		Tokenizer: cfg.Tokenizer,
 	})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,9 @@ type Config struct {
 	ID    string // worker id; default "sim-0"
 	Role  string // bus.RoleAggregated (default), RolePrefill or RoleDecode
 	Model string // perfmodel preset; default "qwen3-0.6b"
+	// Tokenizer is the model's tokenizer (nil: cl100k with a ChatML
+	// template): token counts, and so KV bytes, follow it.
+	Tokenizer tokenizer.Model
 	GPU   string // perfmodel preset; default "rtx-4060"
 	TP    int    // tensor parallelism; default: the smallest that fits the weights
 

@@ -54,6 +54,7 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, false) })
 	mux.HandleFunc("POST /v1/chat/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, true) })
 	mux.HandleFunc("GET /v1/models", w.serveModels)
+	mux.HandleFunc("POST /tokenize", w.serveTokenize)
 	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, r *http.Request) {
 		if w.Stopped() {
 			openai.WriteError(rw, http.StatusServiceUnavailable, openai.TypeUnavailable, "", "worker "+w.cfg.ID+": engine stopped")
@@ -148,7 +149,11 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 		if err := openai.CheckRoles(req.Messages); err != nil {
 			return nil, badRequest("messages", "%v", err)
 		}
-		g.tokens = w.tok.Encode(tokenizer.ChatPrompt(req.Messages))
+		toks, err := w.tok.EncodeChat(req.Messages, tokenizer.DefaultChat)
+		if err != nil {
+			return nil, badRequest("messages", "%v", err)
+		}
+		g.tokens = toks
 	} else {
 		switch {
 		case req.Prompt == nil:
@@ -161,7 +166,7 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 			}
 			g.tokens = req.Prompt.Tokens
 		default:
-			g.tokens = w.tok.Encode(req.Prompt.Text)
+			g.tokens = w.tok.EncodePrompt(req.Prompt.Text)
 		}
 	}
 	if len(g.tokens) == 0 {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
-	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
 // What the simulated engine does with each OpenAI request field:
@@ -129,7 +128,7 @@ func (c *choice) final() []byte {
 // reads cut only after the stream reported done, which that lock orders
 // after the last feed.
 type stopMatcher struct {
-	tok    *tokenizer.Tokenizer
+	tok    interface{ Decode([]uint32) string }
 	stops  [][]byte
 	maxLen int
 	text   []byte // decoded output
@@ -137,7 +136,7 @@ type stopMatcher struct {
 	cut    int    // where the matched stop begins in text; -1 until one matches
 }
 
-func newStopMatcher(tok *tokenizer.Tokenizer, stops []string) *stopMatcher {
+func newStopMatcher(tok interface{ Decode([]uint32) string }, stops []string) *stopMatcher {
 	m := &stopMatcher{tok: tok, cut: -1}
 	for _, s := range stops {
 		m.stops = append(m.stops, []byte(s))

@@ -56,6 +56,24 @@ func vocabulary() ([]uint32, error) {
 	return wordTokens, wordErr
 }
 
+// wordsFor returns the single-token words of a model's tokenizer; cl100k
+// shares vocabulary's.
+func wordsFor(m tokenizer.Model) ([]uint32, error) {
+	if _, ok := m.(tokenizer.Cl100k); ok {
+		return vocabulary()
+	}
+	var words []uint32
+	for _, w := range commonWords {
+		if ids := m.Encode(" " + w); len(ids) == 1 {
+			words = append(words, ids[0])
+		}
+	}
+	if len(words) < 64 {
+		return nil, fmt.Errorf("sim: only %d single-token words in tokenizer %s", len(words), m.Name())
+	}
+	return words, nil
+}
+
 // splitmix64 is a tiny, well-mixed counter hash.
 func splitmix64(x uint64) uint64 {
 	x += 0x9E3779B97F4A7C15

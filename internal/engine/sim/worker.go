@@ -13,7 +13,7 @@ import (
 // one process.
 type Worker struct {
 	*Engine
-	tok   *tokenizer.Tokenizer
+	tok   tokenizer.Model
 	reqID atomic.Uint64
 }
 
@@ -24,11 +24,15 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tok, err := tokenizer.New()
-	if err != nil {
-		return nil, fmt.Errorf("sim: %w", err)
+	tok := cfg.Tokenizer
+	if tok == nil {
+		t, err := tokenizer.New()
+		if err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+		tok = tokenizer.Cl100k{Tokenizer: t}
 	}
-	words, err := vocabulary()
+	words, err := wordsFor(tok)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,9 @@ func (t *Tokenizer) parseConfig(path string, data []byte) error {
 		ChatTemplate json.RawMessage `json:"chat_template"`
 		BOS          json.RawMessage `json:"bos_token"`
 		EOS          json.RawMessage `json:"eos_token"`
+		Class        string          `json:"tokenizer_class"`
+		AddBOS       *bool           `json:"add_bos_token"`
+		AddEOS       *bool           `json:"add_eos_token"`
 	}
 	if err := json.Unmarshal(data, &c); err != nil {
 		return fmt.Errorf("tokenizer: %s: not valid JSON: %v", path, err)
@@ -44,6 +47,26 @@ func (t *Tokenizer) parseConfig(path string, data []byte) error {
 	}
 	if t.chatConfig.eos, err = tokenString(c.EOS); err != nil {
 		return fmt.Errorf("tokenizer: %s: eos_token: %v", path, err)
+	}
+	// transformers' LlamaTokenizerFast (DeepSeek V3's class) replaces the
+	// file's post-processor with BOS/EOS per add_bos_token (default true)
+	// and add_eos_token (default false); the engines load it so.
+	if c.Class == "LlamaTokenizerFast" {
+		t.prefix, t.suffix = nil, nil
+		if c.AddBOS == nil || *c.AddBOS {
+			id, ok := t.TokenID(t.chatConfig.bos)
+			if !ok {
+				return fmt.Errorf("tokenizer: %s: bos_token %q is not a token", path, t.chatConfig.bos)
+			}
+			t.prefix = []uint32{id}
+		}
+		if c.AddEOS != nil && *c.AddEOS {
+			id, ok := t.TokenID(t.chatConfig.eos)
+			if !ok {
+				return fmt.Errorf("tokenizer: %s: eos_token %q is not a token", path, t.chatConfig.eos)
+			}
+			t.suffix = []uint32{id}
+		}
 	}
 	return nil
 }

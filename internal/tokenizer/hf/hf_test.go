@@ -241,3 +241,32 @@ func TestLoadFolderWithConfig(t *testing.T) {
 		t.Errorf("config = %+v", tk.chatConfig)
 	}
 }
+
+// TestWriteTinyFixture writes the tiny tokenizer, with Qwen3's chat
+// template, to internal/tokenizer/testdata/tiny-qwen3 for the other
+// packages' tests (run with -args -write-tiny after changing tinyFile).
+func TestWriteTinyFixture(t *testing.T) {
+	dir := filepath.Join("..", "testdata", "tiny-qwen3")
+	want := tinyFile(t, false, nil)
+	got, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
+	if err == nil && string(got) == string(want) {
+		return
+	}
+	if os.Getenv("WRITE_TINY") == "" {
+		t.Fatalf("%s/tokenizer.json is missing or stale: rerun with WRITE_TINY=1", dir)
+	}
+	tmpl, err := os.ReadFile("testdata/templates/qwen3.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.MarshalIndent(map[string]any{"chat_template": string(tmpl), "eos_token": "<|end|>", "tokenizer_class": "Qwen2Tokenizer"}, "", " ")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

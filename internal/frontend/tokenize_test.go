@@ -1,0 +1,49 @@
+package frontend
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+)
+
+// TestTokenizeEndpoint: POST /tokenize answers with the frontend's own
+// tokenizer (here a model's tokenizer.json with Qwen3's template), in
+// vLLM's shape, and chat requests are routed by the same ids.
+func TestTokenizeEndpoint(t *testing.T) {
+	m, err := tokenizer.Open("../tokenizer/testdata/tiny-qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newFakeWorker(t, "a")
+	h := newHarness(t, Config{APIKey: "k"}, Deps{Tokenizer: m}, a.worker(RoleAggregated))
+	want, _ := m.EncodeChat([]openai.Message{{Role: "user", Content: "hello world"}}, tokenizer.DefaultChat)
+
+	resp, body := h.do(t, "POST", "/tokenize", `{"messages":[{"role":"user","content":"hello world"}]}`, "Authorization", "Bearer k")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var got openai.TokenizeResponse
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Count != len(want) || !reflect.DeepEqual(got.Tokens, want) {
+		t.Errorf("tokens %v, want %v", got.Tokens, want)
+	}
+	if resp, _ := h.do(t, "POST", "/tokenize", `{"prompt":"x"}`); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without the API key: %d", resp.StatusCode)
+	}
+	if resp, body := h.do(t, "POST", "/tokenize", `{}`, "Authorization", "Bearer k"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("empty body: %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.do(t, "POST", "/tokenize", `{"prompt":"hello","return_token_strs":true}`, "Authorization", "Bearer k")
+	if err := json.Unmarshal(body, &got); err != nil || resp.StatusCode != 200 {
+		t.Fatal(resp.StatusCode, string(body))
+	}
+	if !reflect.DeepEqual(got.TokenStrs, []string{"<|end|>", "hello"}) {
+		t.Errorf("token_strs %q", got.TokenStrs)
+	}
+}

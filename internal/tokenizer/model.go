@@ -1,0 +1,175 @@
+package tokenizer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer/hf"
+)
+
+// Model is a model's tokenizer as the frontend and the simulator use it:
+// prompts and chats to the token ids the engine computes, and back.
+// cl100k (Cl100k) and a HuggingFace tokenizer.json (package hf) fit.
+//
+// Encode is the ids of text alone, with no special tokens added;
+// EncodePrompt those of a completion prompt, with the special tokens the
+// engine adds (Llama's <|begin_of_text|>); EncodeChat renders messages
+// with the model's chat template and encodes the result.
+type Model interface {
+	Encoder
+	// Name says which tokenizer this is: "cl100k_base", or a file path.
+	Name() string
+	// Decode is the text of ids.
+	Decode(ids []uint32) string
+	// VocabSize is one past the highest id.
+	VocabSize() int
+}
+
+// ChatOptions are the chat-template switches of a request.
+type ChatOptions = hf.ChatOptions
+
+// DefaultChat opens the assistant's turn, as a chat completion does.
+var DefaultChat = hf.DefaultChat
+
+// ErrEngineTokenizer is returned by Open for "engine": tokenization is
+// asked of a worker's engine, which the caller has to arrange.
+var ErrEngineTokenizer = errors.New("tokenizer: \"engine\" tokenizes on a worker's engine")
+
+// Cl100k is the built-in cl100k_base tokenizer as a Model, with the
+// simple ChatML template of ChatPrompt.
+type Cl100k struct{ *Tokenizer }
+
+// Name implements Model.
+func (Cl100k) Name() string { return Encoding }
+
+// EncodePrompt implements Model: cl100k adds no special tokens.
+func (c Cl100k) EncodePrompt(text string) []uint32 { return c.Encode(text) }
+
+// EncodeChat implements Model with ChatPrompt, which always opens the
+// assistant's turn.
+func (c Cl100k) EncodeChat(msgs []openai.Message, _ ChatOptions) ([]uint32, error) {
+	if len(msgs) == 0 {
+		return nil, errors.New("tokenizer: no messages")
+	}
+	return c.Encode(ChatPrompt(msgs)), nil
+}
+
+// HF is a HuggingFace tokenizer.json as a Model. The chat template is
+// recognised when it loads, so a model whose template is not rendered here
+// fails at startup rather than on the first chat.
+type HF struct {
+	*hf.Tokenizer
+	chat *hf.ChatTemplate
+}
+
+// Name implements Model.
+func (h HF) Name() string { return h.Path() }
+
+// EncodePrompt implements Model.
+func (h HF) EncodePrompt(text string) []uint32 { return h.EncodeWithSpecial(text) }
+
+// EncodeChat implements Model.
+func (h HF) EncodeChat(msgs []openai.Message, o ChatOptions) ([]uint32, error) {
+	s, err := h.chat.Render(msgs, o)
+	if err != nil {
+		return nil, err
+	}
+	return h.Encode(s), nil
+}
+
+// ChatFamily is the recognised chat template's family.
+func (h HF) ChatFamily() string { return h.chat.Family }
+
+// Open resolves a --tokenizer value:
+//   - "" or "cl100k": the built-in cl100k_base;
+//   - "engine": ErrEngineTokenizer;
+//   - a path to a tokenizer.json, or to the folder holding it and its
+//     tokenizer_config.json;
+//   - a HuggingFace model id (org/name), found in the local HuggingFace
+//     cache ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub).
+//     Nothing is downloaded.
+func Open(spec string) (Model, error) {
+	switch spec {
+	case "", "cl100k", Encoding:
+		t, err := New()
+		if err != nil {
+			return nil, err
+		}
+		return Cl100k{t}, nil
+	case "engine":
+		return nil, ErrEngineTokenizer
+	}
+	path, err := resolve(spec)
+	if err != nil {
+		return nil, err
+	}
+	t, err := hf.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	chat, err := t.Chat()
+	if err != nil {
+		return nil, err
+	}
+	return HF{Tokenizer: t, chat: chat}, nil
+}
+
+// resolve finds the tokenizer.json a --tokenizer value names.
+func resolve(spec string) (string, error) {
+	if st, err := os.Stat(spec); err == nil {
+		if st.IsDir() {
+			p := filepath.Join(spec, "tokenizer.json")
+			if _, err := os.Stat(p); err != nil {
+				return "", fmt.Errorf("tokenizer: %s has no tokenizer.json", spec)
+			}
+			return p, nil
+		}
+		return spec, nil
+	}
+	org, name, ok := strings.Cut(spec, "/")
+	if !ok || org == "" || name == "" || strings.Contains(name, "/") || strings.HasPrefix(spec, ".") {
+		return "", fmt.Errorf("tokenizer: %q is not a file, a folder, a HuggingFace model id (org/name), cl100k or engine", spec)
+	}
+	hub := HubCache()
+	snaps := filepath.Join(hub, "models--"+org+"--"+name, "snapshots")
+	// The snapshot refs/main points at, else any snapshot with the file.
+	var candidates []string
+	if ref, err := os.ReadFile(filepath.Join(hub, "models--"+org+"--"+name, "refs", "main")); err == nil {
+		candidates = append(candidates, filepath.Join(snaps, strings.TrimSpace(string(ref))))
+	}
+	if ents, err := os.ReadDir(snaps); err == nil {
+		for _, e := range ents {
+			candidates = append(candidates, filepath.Join(snaps, e.Name()))
+		}
+	}
+	for _, c := range candidates {
+		p := filepath.Join(c, "tokenizer.json")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("tokenizer: model %s is not in the local HuggingFace cache (looked in %s); nothing is downloaded: fetch it on this host (huggingface-cli download %s tokenizer.json tokenizer_config.json), or pass the path to its tokenizer.json", spec, snaps, spec)
+}
+
+// HubCache is the HuggingFace hub cache folder: $HF_HUB_CACHE, else
+// $HF_HOME/hub, else ~/.cache/huggingface/hub.
+func HubCache() string {
+	if d := os.Getenv("HF_HUB_CACHE"); d != "" {
+		return d
+	}
+	if d := os.Getenv("HF_HOME"); d != "" {
+		return filepath.Join(d, "hub")
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "huggingface", "hub")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(".cache", "huggingface", "hub")
+	}
+	return filepath.Join(home, ".cache", "huggingface", "hub")
+}
