@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
 // EventPublisher receives the KV events of each scheduler step, in order,
@@ -47,8 +47,8 @@ type Config struct {
 	// Tokenizer is the model's tokenizer (nil: cl100k with a ChatML
 	// template): token counts, and so KV bytes, follow it.
 	Tokenizer tokenizer.Model
-	GPU   string // perfmodel preset; default "rtx-4060"
-	TP    int    // tensor parallelism; default: the smallest that fits the weights
+	GPU       string // perfmodel preset; default "rtx-4060"
+	TP        int    // tensor parallelism; default: the smallest that fits the weights
 
 	BlockSize            int     // tokens per KV block; default 16
 	KVBlocks             int     // KV blocks; default from GPU memory
