@@ -53,8 +53,11 @@ type Simulation struct {
 	USDPerMillionTokens float64 `json:"usd_per_million_tokens"` // cost over prompt + completion tokens of successful requests
 	USDPerMillionOutput float64 `json:"usd_per_million_output_tokens"`
 	GoodputPerGPU       float64 `json:"goodput_per_gpu"` // goodput_rps ÷ gpus
-	Events              int64   `json:"events"`          // discrete events processed
-	Steps               int64   `json:"steps"`           // engine steps run, over every worker
+	// Utilization is the share of the run's virtual time the workers
+	// spent running steps, averaged over workers.
+	Utilization float64 `json:"utilization"`
+	Events      int64   `json:"events"` // discrete events processed
+	Steps       int64   `json:"steps"`  // engine steps run, over every worker
 }
 
 // Settings echoes the workload parameters into the report.

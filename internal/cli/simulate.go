@@ -205,7 +205,7 @@ func writeSimulation(w io.Writer, rep *bench.Report, wall time.Duration) {
 	if s.PrefillWorkers > 0 {
 		fmt.Fprintf(w, " + %d prefill workers, link %s, disagg %s", s.PrefillWorkers, s.LinkRate, s.Disagg)
 	}
-	fmt.Fprintf(w, " on %s (tp %d, %d GPUs, %d KV blocks each), router %s\n", s.GPU, s.TP, s.GPUs, s.KVBlocks, s.Router)
+	fmt.Fprintf(w, " on %s (tp %d, %d GPUs, %d KV blocks each), router %s; workers %.0f%% busy\n", s.GPU, s.TP, s.GPUs, s.KVBlocks, s.Router, 100*s.Utilization)
 	fmt.Fprintf(w, "goodput per GPU %.3f req/s; cost $%.4f at $%g/GPU-hour: $%.3f per million tokens ($%.3f per million output tokens)\n",
 		s.GoodputPerGPU, s.CostUSD, s.GPUHourUSD, s.USDPerMillionTokens, s.USDPerMillionOutput)
 	fmt.Fprintf(w, "virtual %.1f s simulated in %.2f s wall (%d requests, %.0f requests per wall second)\n",

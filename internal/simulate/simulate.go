@@ -167,7 +167,8 @@ type worker struct {
 	report     gate.WorkerLoad
 	reportAt   time.Duration
 	reported   bool
-	link       *link // prefill workers: their egress
+	link       *link         // prefill workers: their egress
+	busy       time.Duration // virtual time spent in steps
 }
 
 // request is one trace request in flight.
@@ -405,7 +406,12 @@ func (s *simulator) kick(w *worker) {
 		}
 		return
 	}
+	// A live engine publishes a step's KV events when it computes the step,
+	// then waits out its duration before delivering tokens: the index
+	// learns of the blocks at the step's start.
+	s.applyEvents(w, 0)
 	w.dels = append(w.dels[:0], dels...)
+	w.busy += dt
 	w.stepping, w.stepEnd = true, w.core.Clock()
 	s.push(event{at: w.stepEnd, kind: evStep, idx: int32(w.idx)})
 }
@@ -703,8 +709,13 @@ func (s *simulator) report() *bench.Report {
 		sm.LinkRate = cfg.LinkRate.String()
 		sm.LinkRTTS = cfg.LinkRTT.Seconds()
 	}
+	var busy time.Duration
 	for _, w := range s.workers {
 		sm.Steps += int64(w.core.Steps())
+		busy += w.busy
+	}
+	if span := s.lastDone - first; span > 0 {
+		sm.Utilization = busy.Seconds() / span.Seconds() / float64(len(s.workers))
 	}
 	sm.CostUSD = float64(gpus) * dur / 3600 * cfg.GPUHourUSD
 	out := a.OutputTokensPerS * dur
