@@ -56,8 +56,11 @@ type Simulation struct {
 	// Utilization is the share of the run's virtual time the workers
 	// spent running steps, averaged over workers.
 	Utilization float64 `json:"utilization"`
-	Events      int64   `json:"events"` // discrete events processed
-	Steps       int64   `json:"steps"`  // engine steps run, over every worker
+	// ITLSampleStride: the run's ITL percentiles use every n-th
+	// inter-token gap (1 = all); per-request means and maxima use all.
+	ITLSampleStride int   `json:"itl_sample_stride"`
+	Events          int64 `json:"events"` // discrete events processed
+	Steps           int64 `json:"steps"`  // engine steps run, over every worker
 }
 
 // Settings echoes the workload parameters into the report.

@@ -91,14 +91,7 @@ func BuildPlan(cfg Config) (Plan, error) {
 		}
 		p.Items = TraceItems(reqs, cfg.TimeScale)
 		if cfg.LongShare > 0 {
-			// A replaced request gets a unique prompt: its trace prefix
-			// blocks (Mooncake) described the old length.
-			r := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6c6f6e67)) // "long"
-			for i := range p.Items {
-				if r.Float64() < cfg.LongShare {
-					p.Items[i].InputTokens, p.Items[i].hashIDs, p.Items[i].Group = cfg.LongTokens, nil, "long"
-				}
-			}
+			ApplyLongShare(p.Items, cfg.LongShare, cfg.LongTokens, cfg.Seed)
 		}
 		p.Concurrency = cfg.Concurrency
 		p.Open = true
@@ -130,6 +123,18 @@ func TraceItems(reqs []TraceRequest, timeScale float64) []Item {
 			MaxTokens: max(tr.OutputTokens, 1), hashIDs: tr.HashIDs, unique: i}
 	}
 	return items
+}
+
+// ApplyLongShare gives a share of items, chosen deterministically from
+// seed, tokens input tokens and a unique prompt (their trace prefix blocks
+// described the old length), grouped as "long".
+func ApplyLongShare(items []Item, share float64, tokens int, seed int64) {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x6c6f6e67)) // "long"
+	for i := range items {
+		if r.Float64() < share {
+			items[i].InputTokens, items[i].hashIDs, items[i].Group = tokens, nil, "long"
+		}
+	}
 }
 
 func buildPrefixes(cfg Config, b *PromptBuilder) ([][]uint32, error) {

@@ -29,12 +29,14 @@ disagg, link, gpu, model, tp); it runs the cross product and ranks it by goodput
 per GPU, recommended configuration first.`
 
 type simulateCmd struct {
-	cfg      simulate.Config
-	jsonPath string
-	plotPath string
-	tile     int
-	sweep    []sweepDim
-	minGood  float64
+	cfg        simulate.Config
+	jsonPath   string
+	plotPath   string
+	tile       int
+	longShare  float64
+	longTokens int
+	sweep      []sweepDim
+	minGood    float64
 }
 
 func parseSimulate(args []string, env Env) (simulateCmd, int) {
@@ -45,6 +47,8 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	fs.StringVar(&cfg.TraceFormat, "format", cfg.TraceFormat, "trace format: mooncake or azure")
 	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests (0 = all)")
 	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
+	fs.Float64Var(&c.longShare, "long-share", 0, "give this share of requests (chosen by --seed) --long-tokens input tokens and a unique prompt, as bench trace --long-share")
+	fs.IntVar(&c.longTokens, "long-tokens", 4000, "input length of the requests --long-share picks")
 	fs.IntVar(&c.tile, "tile", 1, "repeat the trace this many times back to back, each copy with fresh hash ids (scale tests)")
 	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "decode workers (aggregated when --prefill-workers is 0)")
 	fs.IntVar(&cfg.PrefillWorkers, "prefill-workers", 0, "prefill-role workers (disaggregated serving)")
@@ -115,6 +119,9 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	if cfg.TracePath == "" {
 		return bad("--trace: a trace file is required, e.g. --trace shared/data/traces/mooncake_synthetic_trace.jsonl")
 	}
+	if !(c.longShare >= 0 && c.longShare <= 1) || (c.longShare > 0 && c.longTokens < 1) {
+		return bad("--long-share %g: want a fraction in [0, 1] with --long-tokens >= 1", c.longShare)
+	}
 	if cfg.MaxRequests < 0 || c.tile < 1 || !(cfg.TimeScale > 0) {
 		return bad("--max-requests must be >= 0, --tile >= 1 and --time-scale > 0")
 	}
@@ -146,6 +153,9 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 	}
 	reqs = bench.TileTrace(reqs, c.tile)
 	c.cfg.Items = bench.TraceItems(reqs, c.cfg.TimeScale)
+	if c.longShare > 0 {
+		bench.ApplyLongShare(c.cfg.Items, c.longShare, c.longTokens, c.cfg.Seed)
+	}
 	if len(c.sweep) > 0 {
 		return runSweep(ctx, c, env)
 	}

@@ -224,15 +224,20 @@ type simulator struct {
 	pb      *bench.PromptBuilder
 	bs      int
 
-	reqs     []*request
-	recs     []bench.Record
-	next     int // next item to arrive
-	finished int
-	lastDone time.Duration
-	buf      []uint32
-	hbuf     []uint64
-	nEvents  int64
+	reqs      []*request
+	recs      []bench.Record
+	next      int // next item to arrive
+	finished  int
+	lastDone  time.Duration
+	buf       []uint32
+	hbuf      []uint64
+	nEvents   int64
+	gapStride int // keep every gapStride-th inter-token gap for the ITL percentiles
 }
+
+// maxGapSamples bounds the inter-token gaps a run keeps for its ITL
+// percentiles: 16 M float64s, 128 MB (and as much again while sorting).
+const maxGapSamples = 16 << 20
 
 // wall converts virtual time to the wall-equivalent clock the router and
 // gate read.
@@ -319,6 +324,11 @@ func newSimulator(cfg Config) (*simulator, error) {
 		}
 	}
 	s.bs = s.workers[0].core.BlockSize()
+	var outputs int64
+	for i := range cfg.Items {
+		outputs += int64(cfg.Items[i].MaxTokens)
+	}
+	s.gapStride = int(max(1, (outputs+maxGapSamples-1)/maxGapSamples))
 	s.reqs = make([]*request, len(cfg.Items))
 	s.recs = make([]bench.Record, len(cfg.Items))
 	return s, nil
@@ -568,11 +578,24 @@ func (s *simulator) deliver(w *worker, d sim.Delivery) {
 				LoadMs: s.toWall(res.Load) * 1000}
 		}
 		rec.Chunks = len(res.Output)
-		gaps := make([]float64, len(res.Gaps))
+		// Every gap counts towards the request's mean and max ITL (goodput);
+		// the run-wide ITL percentiles sample every gapStride-th gap so that
+		// a million-request run does not hold hundreds of millions of them.
+		var sum, mx float64
+		gaps := make([]float64, 0, len(res.Gaps)/s.gapStride+1)
 		for i, g := range res.Gaps {
-			gaps[i] = float64(g) / s.S
+			v := float64(g) / s.S
+			sum += v
+			mx = max(mx, v)
+			if (i+r.idx)%s.gapStride == 0 {
+				gaps = append(gaps, v)
+			}
 		}
 		rec.SetITLs(gaps)
+		rec.ITLMaxS, rec.ITLMeanS = mx, 0
+		if len(res.Gaps) > 0 {
+			rec.ITLMeanS = sum / float64(len(res.Gaps))
+		}
 		s.reqs[r.idx] = nil
 		s.finished++
 		s.lastDone = max(s.lastDone, s.now)
@@ -712,6 +735,7 @@ func (s *simulator) report() *bench.Report {
 	var busy time.Duration
 	for _, w := range s.workers {
 		sm.Steps += int64(w.core.Steps())
+		sm.ITLSampleStride = s.gapStride
 		busy += w.busy
 	}
 	if span := s.lastDone - first; span > 0 {
