@@ -1,7 +1,14 @@
 package bridge
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
 
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
@@ -130,4 +137,92 @@ func TestBridgeRestarted(t *testing.T) {
 	r.store(a, 3, 5) // published while no bridge runs
 	r.startBridge(nil)
 	r.waitIndex(a.hashes)
+}
+
+// An engine that keeps serving but stopped publishing: the bridge's
+// heartbeats keep its worker looking alive, yet the first request that
+// should have stored blocks flags it within 3 s (consumer defaults).
+func TestBridgeEngineStopsPublishing(t *testing.T) {
+	r := newRig(t, vllmpub.Config{})
+	r.startBridge(nil)
+	a := newChain(10, 4, "")
+	r.store(a, 0, 2)
+	r.waitIndex(a.hashes[:2])
+	r.pub.Pause(true)
+	r.store(a, 2, 4) // computed, never published
+	routed := time.Now()
+	r.cons.ExpectEvents("vllm-0", routed) // the frontend, at the request's first token
+	waitFor(t, "vllm-0 silent", func() bool { return r.cons.Health("vllm-0") == kvevents.StateSilent })
+	d := time.Since(routed)
+	t.Logf("flagged silent %v after routing", d)
+	if d < kvevents.DefaultExpectWithin {
+		t.Errorf("flagged after %v: before the %v allowed", d, kvevents.DefaultExpectWithin)
+	}
+	if d > 3*time.Second+500*time.Millisecond { // 3 s target, plus slack for a loaded box
+		t.Errorf("flagged after %v, want within about 3 s", d)
+	}
+	// Publishing resumes: the lost batch is a gap replay cannot cover, so
+	// the worker is rebuilt from what comes next.
+	r.pub.Pause(false)
+	b := newChain(11, 1, "")
+	r.store(b, 0, 1)
+	r.waitIndex(b.hashes)
+	if s := r.br.Status(); s.Rebuilds != 1 {
+		t.Errorf("status = %+v, want one rebuild", s)
+	}
+}
+
+// Garbage on the engine's socket is counted, logged at a limited rate and
+// survived; a batch that does not decode costs a rebuild, never a stale or
+// poisoned index.
+func TestBridgeMalformedFrames(t *testing.T) {
+	r := newRig(t, vllmpub.Config{})
+	raw := zmq4.NewPub(context.Background())
+	t.Cleanup(func() { raw.Close() })
+	ep := freeEndpoint(t)
+	if err := raw.Listen(ep); err != nil {
+		t.Fatal(err)
+	}
+	b := r.startBridge(func(c *Config) { c.KVEvents, c.KVReplay = ep, "" })
+	a := newChain(12, 2, "")
+	good := func(seq uint64, blocks int) [][]byte {
+		e := enginewire.Event{Kind: enginewire.BlockStored, BlockSize: 16, TokenIDs: a.tokens[:blocks*16]}
+		for i := range blocks {
+			e.BlockHashes = append(e.BlockHashes, uint64(100+i))
+		}
+		return [][]byte{{}, enginewire.AppendSeq(nil, seq), enginewire.AppendBatch(nil, &enginewire.Batch{Events: []enginewire.Event{e}}, enginewire.Layout{})}
+	}
+	// The SUB may join late (ZMQ drops what a PUB sends before): resend
+	// until the first good batch lands.
+	waitFor(t, "the first batch", func() bool {
+		_ = raw.Send(zmq4.NewMsgFrom(good(0, 1)...))
+		return b.Status().Batches >= 1
+	})
+	before := b.Status().Rebuilds
+	for _, f := range [][][]byte{
+		{[]byte("only one frame")},
+		{{}, {1, 2, 3}, {0x90}},                       // short sequence frame
+		{{}, enginewire.AppendSeq(nil, 1), {0xc1, 0}}, // not msgpack: batch 1 is lost
+	} {
+		if err := raw.Send(zmq4.NewMsgFrom(f...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := raw.Send(zmq4.NewMsgFrom(good(2, 2)...)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the batch after the garbage", func() bool { return b.Status().LastSeq == 2 })
+	s := b.Status()
+	if s.Malformed != 3 || s.Rebuilds != before+1 {
+		t.Errorf("status = %+v, want 3 malformed and one rebuild for the lost batch", s)
+	}
+	resp, err := http.Get(b.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "switchyard_bridge_engine_malformed_total 3") {
+		t.Errorf("bridge /metrics lacks the malformed count:\n%s", body)
+	}
 }

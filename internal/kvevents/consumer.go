@@ -57,6 +57,10 @@ type ConsumerConfig struct {
 	LogEvery time.Duration
 	// MaxPending: see DefaultMaxPending.
 	MaxPending int
+	// ExpectWithin and ExpectGrace: see ExpectEvents; 0 means
+	// DefaultExpectWithin and DefaultExpectGrace.
+	ExpectWithin time.Duration
+	ExpectGrace  time.Duration
 	// PendingMsgs and PendingBytes are the NATS subscription's buffer;
 	// beyond it NATS drops (seen as gaps). 0 means 1M messages / 256 MiB.
 	PendingMsgs  int
@@ -121,6 +125,13 @@ type worker struct {
 	logLast    time.Time
 	logSupp    int
 	logState   State // the state the last log line reported
+	// Expectations (see ExpectEvents): when the last batch with events
+	// arrived; the routing time of the oldest request still owed events,
+	// and by when; and whether the worker is silent for owing them.
+	lastEventsAt time.Time
+	expectSince  time.Time
+	expectBy     time.Time
+	expectSilent bool
 }
 
 // NewConsumer validates cfg and returns a Consumer; call Run.
@@ -142,6 +153,12 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.ExpectWithin <= 0 {
+		cfg.ExpectWithin = DefaultExpectWithin
+	}
+	if cfg.ExpectGrace <= 0 {
+		cfg.ExpectGrace = DefaultExpectGrace
 	}
 	if cfg.PendingMsgs <= 0 {
 		cfg.PendingMsgs = 1 << 20
@@ -322,7 +339,11 @@ func (c *Consumer) applyLocked(w *worker, b *Batch, now time.Time) {
 		return
 	}
 	w.lastSeq = b.Seq
-	if w.state != StateHealthy {
+	if len(b.Events) > 0 {
+		w.lastEventsAt = now
+		w.expectSince, w.expectBy, w.expectSilent = time.Time{}, time.Time{}, false
+	}
+	if w.state != StateHealthy && !w.expectSilent {
 		c.setStateLocked(w, StateHealthy, "in sync at seq "+fmt.Sprint(b.Seq), now)
 	}
 }
@@ -428,6 +449,12 @@ func (c *Consumer) snapshotWorkers() []*worker {
 func (c *Consumer) checkSilence(now time.Time) {
 	for _, w := range c.snapshotWorkers() {
 		w.mu.Lock()
+		if !w.expectSince.IsZero() && now.After(w.expectBy) && w.state == StateHealthy {
+			w.expectSilent = true
+			c.setStateLocked(w, StateSilent, fmt.Sprintf("no KV events since a request routed %v ago that should have stored blocks (heartbeats alone do not count: the engine's event stream may have stopped)",
+				now.Sub(w.expectSince).Round(time.Millisecond)), now)
+			w.expectSince, w.expectBy = time.Time{}, time.Time{}
+		}
 		if !(w.expected && !w.enabled) && w.state != StateSilent {
 			if age := now.Sub(w.lastSeen); age > c.cfg.SilenceAfter {
 				c.setStateLocked(w, StateSilent, fmt.Sprintf("no events or heartbeats for %v", age.Round(time.Millisecond)), now)
@@ -548,6 +575,52 @@ func (c *Consumer) installLocked(w *worker, s *Snapshot, now time.Time) bool {
 	w.needResync = false
 	c.setStateLocked(w, StateHealthy, fmt.Sprintf("resynced from snapshot at seq %d (%d blocks)", s.Seq, len(s.Hashes)), now)
 	return true
+}
+
+// Defaults for the expectation of events (see ExpectEvents).
+const (
+	// DefaultExpectWithin bounds, from routing, how long a request that
+	// should store blocks may go without any KV event from its worker.
+	DefaultExpectWithin = 2500 * time.Millisecond
+	// DefaultExpectGrace is the least time allowed after the request's
+	// first token, when that came later: an engine publishes a step's
+	// events when the step ends, so they are on the wire by then.
+	DefaultExpectGrace = 500 * time.Millisecond
+)
+
+// ExpectEvents tells the consumer that a request routed to worker at
+// routed has produced its first token and should have made the worker
+// store blocks: its prompt had full blocks the index did not show on that
+// worker. If no batch with events arrives from the worker by
+// routed+ExpectWithin, or ExpectGrace after now if that is later, the
+// worker is flagged silent, heartbeats notwithstanding, until a batch with
+// events arrives. Real engines send no heartbeats and a bridge's heartbeats
+// only prove the bridge alive, so this is what catches an engine whose
+// event stream stopped while it serves. A batch with events that arrived
+// after routed already satisfies it. Only a healthy worker is judged.
+func (c *Consumer) ExpectEvents(workerID string, routed time.Time) {
+	c.mu.RLock()
+	w := c.workers[workerID]
+	c.mu.RUnlock()
+	if w == nil {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.lastEventsAt.Before(routed) || w.state != StateHealthy {
+		return
+	}
+	by := routed.Add(c.cfg.ExpectWithin)
+	if g := now.Add(c.cfg.ExpectGrace); g.After(by) {
+		by = g
+	}
+	if w.expectSince.IsZero() || routed.Before(w.expectSince) {
+		w.expectSince = routed
+	}
+	if w.expectBy.IsZero() || by.Before(w.expectBy) {
+		w.expectBy = by
+	}
 }
 
 // SetExpected tells the consumer the registry lists worker, with KV events

@@ -36,5 +36,25 @@
 // unhealthy: the router should then use its approximate fallback for that
 // worker rather than trust them, and never assume an empty cache.
 //
+// # Engines without heartbeats
+//
+// A real engine (vLLM, SGLang) publishes a batch only when a scheduler step
+// changed its cache, so an idle engine is silent; its bridge sends the
+// heartbeats, which prove the bridge alive but not the engine's event
+// stream. Silence alone therefore never marks such a worker unhealthy.
+// Instead the frontend tells the consumer, with ExpectEvents, about each
+// request that should make its worker store blocks (the prompt has full
+// blocks the index does not show there) once the request's first token
+// arrives: the engine has computed those blocks by then and published their
+// BlockStored at the end of that step. If no batch with events follows the
+// request's routing within ExpectWithin (2.5 s), or ExpectGrace (0.5 s)
+// after its first token when that came later, the worker turns silent with
+// that cause; with the 100 ms check tick a stopped stream is flagged within
+// 3 s of the first such request whenever its first token came within 2.5 s.
+// Heartbeats do not clear it; the next batch with events does. A request
+// whose blocks the engine had cached unbeknown to the index stores nothing,
+// so it could flag a false silent; the index under-counts only after a
+// bridge rebuilt its mirror, and the next batch with events clears it.
+//
 // It does not decide routing and does not persist anything.
 package kvevents

@@ -330,3 +330,47 @@ func TestRunStops(t *testing.T) {
 		t.Fatal("Run did not return after cancel")
 	}
 }
+
+// A worker whose heartbeats go on but whose events stopped (a real engine
+// behind a bridge) is flagged silent by a request that should have stored
+// blocks, not by its silence, and recovers with its next batch of events.
+func TestExpectEventsFlagsStoppedStream(t *testing.T) {
+	srv := startNATS(t)
+	idx := newMemIndex()
+	c, err := NewConsumer(ConsumerConfig{NC: dial(t, srv.ClientURL()), Index: idx, SilenceAfter: time.Second,
+		ExpectWithin: 400 * time.Millisecond, ExpectGrace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRun(t, c.Run)
+	w := startWorker(t, dial(t, srv.ClientURL()), "w1", 100*time.Millisecond, 1)
+	w.eng.step(4)
+	inSync(t, c, idx, "w1", w.eng)
+
+	// Satisfied: events arrived after the request was routed.
+	routed := time.Now()
+	w.eng.step(2)
+	inSync(t, c, idx, "w1", w.eng)
+	c.ExpectEvents("w1", routed)
+	time.Sleep(700 * time.Millisecond) // observation window, not synchronisation
+	if got := c.Health("w1"); got != StateHealthy {
+		t.Fatalf("events came after routing: state %v, want healthy", got)
+	}
+
+	// Owed: heartbeats only.
+	routed = time.Now()
+	c.ExpectEvents("w1", routed)
+	eventually(t, 10*time.Second, "w1 silent", func() bool { return c.Health("w1") == StateSilent })
+	if d := time.Since(routed); d < 400*time.Millisecond {
+		t.Errorf("flagged after %v, before ExpectWithin", d)
+	}
+	if h := c.HealthAll()["w1"]; !strings.Contains(h.Cause, "should have stored blocks") {
+		t.Errorf("cause = %q", h.Cause)
+	}
+	time.Sleep(300 * time.Millisecond) // heartbeats keep coming: still silent
+	if got := c.Health("w1"); got != StateSilent {
+		t.Fatalf("a heartbeat cleared the flag: state %v", got)
+	}
+	w.eng.step(1)
+	eventually(t, 10*time.Second, "w1 healthy again", func() bool { return c.Health("w1") == StateHealthy })
+}

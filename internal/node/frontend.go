@@ -277,7 +277,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		Pprof:      cfg.Pprof,
 		DisaggMode: string(mode), SettingsChanged: settingsChanged, Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
-		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share}, Events: a, Gate: a, Index: a,
+		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share, newExpectations(f.consumer)}, Events: a, Gate: a, Index: a,
 		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a, Cluster: a,
 		Tokenizer: cfg.Tokenizer,
 	})

@@ -2,11 +2,13 @@ package node
 
 import (
 	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/switchyard-llm/switchyard/internal/frontend"
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/replica"
 	"github.com/switchyard-llm/switchyard/internal/router"
 )
@@ -31,23 +33,70 @@ func rotationStart(id string) uint64 {
 // sharedInFlight tells both the router and the peers (through the sharer;
 // nil when sharing is off) about this replica's requests.
 type sharedInFlight struct {
-	r *router.Router
-	s *replica.Sharer
+	r  *router.Router
+	s  *replica.Sharer
+	ex *expectations // nil: no event expectations
 }
 
 func (x sharedInFlight) Started(worker, id string, prefillBlocks, promptBlocks int) {
 	x.r.Started(worker, id, prefillBlocks, promptBlocks)
 	x.s.Started(worker, id, prefillBlocks, promptBlocks)
+	if x.ex != nil && prefillBlocks > 0 {
+		x.ex.started(worker, id)
+	}
 }
 
 func (x sharedInFlight) FirstToken(worker, id string) {
 	x.r.FirstToken(worker, id)
 	x.s.FirstToken(worker, id)
+	if x.ex != nil {
+		x.ex.firstToken(worker, id)
+	}
 }
 
 func (x sharedInFlight) Finished(worker, id string) {
 	x.r.Finished(worker, id)
 	x.s.Finished(worker, id)
+	if x.ex != nil {
+		x.ex.finished(worker, id)
+	}
+}
+
+// expectations remembers when each in-flight request that must store
+// blocks (full prompt blocks the index does not show on its worker) was
+// routed, and at its first token tells the consumer to expect that
+// worker's events (kvevents.Consumer.ExpectEvents).
+type expectations struct {
+	c  *kvevents.Consumer
+	mu sync.Mutex // guards at
+	at map[[2]string]time.Time
+}
+
+func newExpectations(c *kvevents.Consumer) *expectations {
+	return &expectations{c: c, at: make(map[[2]string]time.Time)}
+}
+
+func (e *expectations) started(worker, id string) {
+	e.mu.Lock()
+	e.at[[2]string{worker, id}] = time.Now()
+	e.mu.Unlock()
+}
+
+func (e *expectations) firstToken(worker, id string) {
+	k := [2]string{worker, id}
+	e.mu.Lock()
+	t, ok := e.at[k]
+	delete(e.at, k)
+	e.mu.Unlock()
+	if ok {
+		e.c.ExpectEvents(worker, t)
+	}
+}
+
+func (e *expectations) finished(worker, id string) {
+	e.mu.Lock()
+	delete(e.at, [2]string{worker, id})
+	e.mu.Unlock()
 }
 
 // peerApplier applies the peers' share to this frontend. Anything naming a

@@ -173,8 +173,8 @@ func (p *Publisher) Seq() uint64 {
 
 // Pause stops (true) or resumes sending batches while the engine keeps
 // serving: the fault a bridge must detect from requests alone. Paused
-// batches are lost for good, sequence numbers included, as from an engine
-// whose publisher thread died.
+// batches are lost for good, from the replay buffer too, their sequence
+// numbers spent, as from an engine whose publisher thread died.
 func (p *Publisher) Pause(on bool) {
 	p.mu.Lock()
 	p.paused = on
@@ -266,13 +266,13 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 	payload := enginewire.AppendBatch(nil, b, p.cfg.Layout)
 	s := stored{seq: p.seq, payload: payload}
 	p.seq++
-	p.ring = append(p.ring, s)
-	if len(p.ring) > p.cfg.BufferSteps {
-		p.ring = p.ring[len(p.ring)-p.cfg.BufferSteps:]
-	}
 	if p.paused {
 		p.dropped.Add(1)
 		return
+	}
+	p.ring = append(p.ring, s)
+	if len(p.ring) > p.cfg.BufferSteps {
+		p.ring = p.ring[len(p.ring)-p.cfg.BufferSteps:]
 	}
 	if p.skip > 0 {
 		p.skip--
