@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/openai"
 )
 
@@ -28,7 +29,10 @@ type HealthWorker struct {
 	// tokens; 0 when the frontend does not report it.
 	KVBlocks  int `json:"kv_blocks,omitempty"`
 	BlockSize int `json:"block_size,omitempty"`
-	Events    struct {
+	// Profile is the timing profile a simulated worker registered; nil
+	// for engines that register none.
+	Profile *bus.Profile `json:"profile,omitempty"`
+	Events  struct {
 		State string `json:"state,omitempty"`
 	} `json:"events"`
 }

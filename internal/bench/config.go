@@ -48,6 +48,9 @@ type Config struct {
 	// PrefixSizing says how the prefix set compares with the deployment's
 	// KV capacity; SizePrefixes sets it.
 	PrefixSizing string
+	// LoadEstimate compares a trace replay's offered load with the
+	// deployment's capacity (EstimateLoad); Run sets it.
+	LoadEstimate string
 
 	autoWarmup bool // Warmup was defaulted to one per prefix
 
@@ -57,7 +60,7 @@ type Config struct {
 
 	// Trace scenario.
 	TracePath   string
-	TraceFormat string  // FormatMooncake or FormatAzure
+	TraceFormat string  // FormatMooncake or FormatAzure; "": InferTraceFormat
 	TimeScale   float64 // multiplies the trace's timestamps (0.5 = twice as fast)
 	MaxRequests int     // 0: the whole trace
 	// LongShare of the trace's requests (chosen deterministically from
@@ -95,7 +98,6 @@ func DefaultConfig() Config {
 		Warmup:       -1, // one per prefix
 		PromptTokens: []int{500, 1500, 3000},
 		Repeats:      3,
-		TraceFormat:  FormatMooncake,
 		TimeScale:    1,
 		MaxTokens:    16,
 		Concurrency:  4,
@@ -223,6 +225,9 @@ func (c *Config) Validate() error {
 	case ScenarioTrace:
 		if c.TracePath == "" {
 			bad("--trace: a trace file is required for the trace scenario")
+		}
+		if c.TraceFormat == "" {
+			c.TraceFormat = InferTraceFormat(c.TracePath)
 		}
 		if c.TraceFormat != FormatMooncake && c.TraceFormat != FormatAzure {
 			bad("--format %q: use mooncake or azure", c.TraceFormat)

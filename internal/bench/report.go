@@ -30,6 +30,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	if rep.Settings.PrefixSizing != "" {
 		fmt.Fprintf(w, "prefixes: %s\n", rep.Settings.PrefixSizing)
 	}
+	if rep.Settings.LoadEstimate != "" {
+		fmt.Fprintf(w, "load: %s\n", rep.Settings.LoadEstimate)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	row := func(name string, f func(a *Aggregate) string) {
@@ -99,6 +102,11 @@ func WriteTable(w io.Writer, rep *Report) error {
 	}
 	if a := rep.Runs; len(a) > 0 {
 		fmt.Fprintf(w, "\nSLO for goodput: TTFT <= %gs and mean ITL <= %gs per request\n", a[0].Aggregate.TTFTSLOS, a[0].Aggregate.ITLSLOS)
+	}
+	for _, r := range rep.Runs {
+		if err := writeErrorKinds(w, r); err != nil {
+			return err
+		}
 	}
 	for _, r := range rep.Runs {
 		if len(r.Groups) == 0 {
@@ -194,4 +202,68 @@ func hasTiers(rep *Report) bool {
 		}
 	}
 	return false
+}
+
+// errorHints say what an error kind usually means and what to do.
+var errorHints = map[string]string{
+	"http_504":  "no answer in time: the deployment is overloaded (see load above) or --header-timeout is short; slow the replay (--time-scale), add workers, or raise the timeouts",
+	"timeout":   "bench's own --timeout expired: the deployment is overloaded, or raise --timeout",
+	"http_503":  "rejected: no worker could take it (none routable, or shedding at --max-inflight)",
+	"http_429":  "rejected: the frontend is shedding load",
+	"http_400":  "the request was refused as invalid, e.g. a prompt beyond max_model_len; see the example",
+	"http_413":  "the body is over the frontend's --max-body-bytes",
+	"http_502":  "a worker failed before answering; see the frontend's log",
+	"transport": "the connection failed: is the frontend running at --url?",
+	"truncated": "the stream broke off: a worker died mid-answer or --request-timeout cut it",
+	"not_sent":  "the run was cancelled before these were sent",
+}
+
+// writeErrorKinds writes, for a run with errors, each kind's count, one
+// example message and what it usually means.
+func writeErrorKinds(w io.Writer, r PolicyRun) error {
+	type kind struct {
+		n       int
+		example string
+	}
+	kinds := map[string]*kind{}
+	var names []string
+	for _, rec := range r.Records {
+		if rec.Warmup || rec.Outcome == OutcomeOK || rec.ErrorKind == "" {
+			continue
+		}
+		k := kinds[rec.ErrorKind]
+		if k == nil {
+			k = &kind{example: rec.ErrorMsg}
+			kinds[rec.ErrorKind] = k
+			names = append(names, rec.ErrorKind)
+		}
+		k.n++
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if a, b := kinds[names[i]].n, kinds[names[j]].n; a != b {
+			return a > b
+		}
+		return names[i] < names[j]
+	})
+	fmt.Fprintf(w, "\nerrors by kind%s:\n", policySuffix(r))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KIND\tCOUNT\tEXAMPLE\tWHAT IT USUALLY MEANS")
+	for _, n := range names {
+		ex := kinds[n].example
+		if len(ex) > 100 {
+			ex = ex[:97] + "..."
+		}
+		hint := errorHints[n]
+		if hint == "" && strings.HasPrefix(n, "stream_") {
+			hint = "the worker ended the stream with an error event"
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%s\n", n, kinds[n].n, orDash(ex), orDash(hint))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("bench: write table: %w", err)
+	}
+	return nil
 }

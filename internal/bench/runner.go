@@ -82,6 +82,7 @@ type Settings struct {
 	Rate         float64  `json:"rate"`
 	Seed         int64    `json:"seed"`
 	PrefixSizing string   `json:"prefix_sizing,omitempty"` // the prefix set against the deployment's KV capacity
+	LoadEstimate string   `json:"load_estimate,omitempty"` // trace: the offered load against the deployment's capacity
 	Policies     []string `json:"policies,omitempty"`
 	DisaggModes  []string `json:"disagg_modes,omitempty"`
 	LongShare    float64  `json:"long_share,omitempty"`
@@ -128,6 +129,20 @@ func Run(ctx context.Context, cfg Config, progress *Progress) (*Report, error) {
 	plan, err := BuildPlan(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Scenario == ScenarioTrace {
+		hc := NewClient(ClientConfig{URL: cfg.URL, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, MaxConns: 1, Timeout: cfg.Timeout})
+		h, err := hc.Health(ctx)
+		hc.Close()
+		if err != nil {
+			return nil, err
+		}
+		if l, ok := EstimateLoad(plan.Items, h, cfg.TimeScale); ok {
+			cfg.LoadEstimate = l.Warning
+		} else {
+			cfg.LoadEstimate = "the deployment reports no timing profiles, so the offered load cannot be compared with its capacity"
+		}
+		progress.Note(cfg.LoadEstimate)
 	}
 	c := NewClient(ClientConfig{URL: cfg.URL, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey,
 		MaxConns: max(plan.Concurrency, 64), Timeout: cfg.Timeout})
@@ -381,6 +396,7 @@ func settingsOf(cfg Config, plan Plan) Settings {
 	case ScenarioTrace:
 		s.Trace, s.TraceFormat, s.TimeScale, s.MaxRequests = cfg.TracePath, cfg.TraceFormat, cfg.TimeScale, cfg.MaxRequests
 		s.LongShare, s.LongTokens = cfg.LongShare, cfg.LongTokens
+		s.LoadEstimate = cfg.LoadEstimate
 		s.MaxTokens = 0 // from the trace
 	}
 	return s

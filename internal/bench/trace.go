@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +30,15 @@ type TraceRequest struct {
 	// [512i, 512(i+1)) and an equal id means the same content up to and
 	// including that block. Nil for traces without prefix information.
 	HashIDs []int64
+}
+
+// InferTraceFormat names a trace file's format from its extension: .csv is
+// Azure's, anything else (.jsonl) Mooncake's.
+func InferTraceFormat(path string) string {
+	if strings.EqualFold(filepath.Ext(path), ".csv") {
+		return FormatAzure
+	}
+	return FormatMooncake
 }
 
 // ReadTrace reads a trace file in the given format.
@@ -73,6 +83,9 @@ func ReadMooncake(r io.Reader) ([]TraceRequest, error) {
 		}
 		var m mooncakeLine
 		if err := json.Unmarshal(b, &m); err != nil {
+			if line == 1 && b[0] != '{' {
+				return nil, fmt.Errorf("bench: mooncake line 1 is not a JSON object (%q...): is this an Azure CSV trace? pass --format azure", truncateStr(string(b), 40))
+			}
 			return nil, fmt.Errorf("bench: mooncake line %d: %w", line, err)
 		}
 		if m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil || m.HashIDs == nil {
@@ -111,7 +124,11 @@ const azureTimeLayout = "2006-01-02 15:04:05.999999999"
 // ReadAzure parses the Azure LLM inference trace CSV (TIMESTAMP,
 // ContextTokens, GeneratedTokens). Columns are found by header name.
 func ReadAzure(r io.Reader) ([]TraceRequest, error) {
-	cr := csv.NewReader(r)
+	br := bufio.NewReader(r)
+	if b, _ := br.Peek(1); len(b) == 1 && b[0] == '{' {
+		return nil, errors.New("bench: azure header: the file starts with a JSON object: is this a Mooncake JSONL trace? pass --format mooncake")
+	}
+	cr := csv.NewReader(br)
 	cr.ReuseRecord = true
 	head, err := cr.Read()
 	if err != nil {
@@ -217,4 +234,11 @@ func TileTrace(reqs []TraceRequest, k int) []TraceRequest {
 		}
 	}
 	return out
+}
+
+func truncateStr(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }

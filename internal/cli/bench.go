@@ -57,7 +57,7 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	promptTokens := fs.String("prompt-tokens", "500,1500,3000", "prompt sizes to sweep (disagg)")
 	fs.IntVar(&cfg.Repeats, "repeats", cfg.Repeats, "requests per prompt size (disagg)")
 	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (trace)")
-	fs.StringVar(&cfg.TraceFormat, "format", cfg.TraceFormat, "trace format: mooncake or azure (trace)")
+	fs.StringVar(&cfg.TraceFormat, "format", "", "trace format: mooncake or azure (trace; default: azure for a .csv file, else mooncake)")
 	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
 	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests (0 = all)")
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "completion tokens per request (routing, disagg, selftest)")
