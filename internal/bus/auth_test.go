@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net/netip"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/switchyard-llm/switchyard/internal/kvxfer"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -244,5 +247,41 @@ func TestWatcherRefusesOutsideNetworks(t *testing.T) {
 	}
 	if _, ok := w.Worker("w1"); ok {
 		t.Errorf("w1 is routable")
+	}
+}
+
+// TestEmbeddedTLS checks an embedded server with TLS accepts only TLS
+// clients that trust its CA, still checks logins over TLS, and that a client
+// that does not trust it fails at once rather than retrying.
+func TestEmbeddedTLS(t *testing.T) {
+	srvTLS, cliTLS, err := kvxfer.AutoTLS([]string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvTLS = srvTLS.Clone()
+	srvTLS.ClientAuth, srvTLS.ClientCAs = tls.NoClientCert, nil // server TLS only: logins authenticate clients
+	subj := Subjects{Namespace: "t"}
+	e, err := StartEmbedded(EmbeddedConfig{StoreDir: t.TempDir(), TLS: srvTLS, Auth: &EmbeddedAuth{Secret: testSecret, Subjects: subj}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	trust := nats.Secure(&tls.Config{RootCAs: cliTLS.RootCAs, MinVersion: tls.VersionTLS12})
+	if _, err := connectAs(t, e.ClientURL(), UserFrontend, trust); err != nil {
+		t.Errorf("TLS client with the frontend login: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if nc, err := Connect(ctx, e.ClientURL(), "untrusting", nats.UserInfo(UserFrontend, Password(testSecret, UserFrontend))); err == nil {
+		nc.Close()
+		t.Errorf("a client that does not trust the server's CA connected")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("an untrusted certificate took %v to fail: it was retried", took)
+	}
+	if nc, err := Connect(ctx, e.ClientURL(), "tls anonymous", trust); err == nil {
+		nc.Close()
+		t.Errorf("an anonymous TLS client connected")
 	}
 }

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -37,6 +38,10 @@ func Connect(ctx context.Context, url, name string, extra ...nats.Option) (*nats
 		}
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
 			return nil, fmt.Errorf("bus: connect to %s: %w (check the NATS credentials)", RedactURL(url), err)
+		}
+		var cve *tls.CertificateVerificationError
+		if errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) || errors.As(err, &cve) {
+			return nil, fmt.Errorf("bus: connect to %s: %w (the server and this process disagree on TLS: check --nats-ca)", RedactURL(url), err)
 		}
 		select {
 		case <-ctx.Done():

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,6 +40,9 @@ type EmbeddedConfig struct {
 	// Auth, when set, makes every client authenticate (see EmbeddedAuth);
 	// nil leaves the server open to anyone who can reach it.
 	Auth *EmbeddedAuth
+	// TLS, when set, makes clients connect over TLS (with its
+	// certificate), so logins and traffic are not readable on the wire.
+	TLS *tls.Config
 }
 
 // ClusterConfig joins an embedded server to a cluster over NATS routes.
@@ -76,6 +80,10 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	if opts.MaxPayload == 0 {
 		opts.MaxPayload = 8 << 20
+	}
+	if cfg.TLS != nil {
+		opts.TLSConfig, opts.TLS = cfg.TLS, true
+		opts.TLSTimeout = 2 // seconds
 	}
 	if a := cfg.Auth; a != nil {
 		if err := a.validate(); err != nil {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -68,7 +69,9 @@ type busConn struct {
 	// login is the options the frontend connected with, for workers of
 	// the same process when the server is external.
 	login []nats.Option
-	emb   *bus.Embedded
+	// tls is the embedded server's TLS trust, for workers of this process.
+	tls []nats.Option
+	emb *bus.Embedded
 }
 
 // workerOptions are the login options worker id uses on this bus: its own
@@ -77,7 +80,10 @@ func (b *busConn) workerOptions(id string) []nats.Option {
 	opts := []nats.Option{nats.CustomInboxPrefix(bus.WorkerInboxPrefix(id))}
 	if b.secret != nil {
 		u := bus.WorkerUser(id)
-		return append(opts, nats.UserInfo(u, bus.Password(b.secret, u)))
+		return append(append(opts, b.tls...), nats.UserInfo(u, bus.Password(b.secret, u)))
+	}
+	if b.emb != nil {
+		return append(opts, b.tls...)
 	}
 	return append(opts, b.login...)
 }
@@ -129,6 +135,23 @@ func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, s
 	}
 	ecfg := bus.EmbeddedConfig{Host: host, Port: port}
 	var opts []nats.Option
+	if (bf.login.tlsCertFile == "") != (bf.login.tlsKeyFile == "") {
+		return nil, errors.New("--nats-tls-cert and --nats-tls-key go together")
+	}
+	if bf.login.tlsCertFile != "" {
+		cert, err := tls.LoadX509KeyPair(bf.login.tlsCertFile, bf.login.tlsKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-tls-cert/--nats-tls-key: %w", err)
+		}
+		if bf.login.caFile == "" {
+			return nil, errors.New("--nats-tls-cert needs --nats-ca, the CA that signed it: the frontend verifies its own server like any client")
+		}
+		ecfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		b.tls = []nats.Option{nats.RootCAs(bf.login.caFile)}
+		opts = append(opts, b.tls...)
+	} else if bf.login.caFile != "" {
+		return nil, errors.New("--nats-ca with the embedded server needs --nats-tls-cert and --nats-tls-key to serve TLS")
+	}
 	if bf.login.auth {
 		if b.secret, b.secretPath, err = bf.login.secret(os.Getenv, secretDir, "switchyard-nats"); err != nil {
 			return nil, err
@@ -193,14 +216,17 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 	switch {
 	case bc.secret != nil:
 		where := "the secret you gave"
-		secretArg := ""
+		secretArg, caArg := "", ""
+		if f.bus.login.caFile != "" {
+			caArg = " --nats-ca " + f.bus.login.caFile
+		}
 		if bc.secretPath != "" {
 			where = "a new secret in " + bc.secretPath + " (0600, removed at exit)"
 			secretArg = " --secret-file " + bc.secretPath
 		}
 		fmt.Fprintf(env.Stderr, "embedded NATS requires logins; worker passwords derive from %s.\n"+
-			"start a worker with its own password:\n  SWITCHYARD_NATS_PASSWORD=$(switchyard nats-password%s --id w1) switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101\n",
-			where, secretArg, natsURL, f.bus.namespace)
+			"start a worker with its own password:\n  SWITCHYARD_NATS_PASSWORD=$(switchyard nats-password%s --id w1) switchyard worker --nats %s%s --namespace %s --id w1 --http-addr 127.0.0.1:8101\n",
+			where, secretArg, natsURL, caArg, f.bus.namespace)
 	case f.bus.nats == "":
 		fmt.Fprintf(env.Stderr, "embedded NATS is open (--nats-auth=false): anyone who reaches it can register a worker.\n"+
 			"start workers with: switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101\n", natsURL, f.bus.namespace)

@@ -33,8 +33,9 @@ type natsAuthFlags struct {
 	certFile, keyFile  string
 
 	// embedded server only
-	auth       bool
-	secretFile string
+	auth                    bool
+	secretFile              string
+	tlsCertFile, tlsKeyFile string
 }
 
 func (a *natsAuthFlags) add(fs *flag.FlagSet, embedded bool) {
@@ -47,6 +48,8 @@ func (a *natsAuthFlags) add(fs *flag.FlagSet, embedded bool) {
 	fs.StringVar(&a.keyFile, "nats-key", "", "PEM key of --nats-cert")
 	if embedded {
 		fs.BoolVar(&a.auth, "nats-auth", true, "the embedded NATS server requires logins, and workers may publish only under their own id (false: anyone who reaches it can join)")
+		fs.StringVar(&a.tlsCertFile, "nats-tls-cert", "", "embedded NATS: PEM certificate to serve TLS with (clients verify it with --nats-ca)")
+		fs.StringVar(&a.tlsKeyFile, "nats-tls-key", "", "embedded NATS: PEM key of --nats-tls-cert")
 		fs.StringVar(&a.secretFile, "nats-secret-file", "", "embedded NATS: file holding the deployment secret that worker passwords derive from (default: $"+envNATSSecret+", else a new one written to a 0600 file)")
 	}
 }

@@ -5,12 +5,18 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	be "encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -62,7 +68,7 @@ func (l *natsLogin) workerArgs(t testing.TB, id string) []string {
 	return []string{"--nats-password-file", l.passwordFile(t, bus.WorkerUser(id))}
 }
 
-var natsLine = regexp.MustCompile(`nats: (nats://\S+)`)
+var natsLine = regexp.MustCompile(`nats: ((?:nats|tls)://\S+)`)
 
 // startAuthFrontend runs a frontend whose embedded NATS requires logins.
 func startAuthFrontend(t *testing.T, l *natsLogin, args ...string) (p *proc, url, natsURL string) {
@@ -115,7 +121,11 @@ func fakeWorkerEntry(id, url string) bus.WorkerInfo {
 // password joins and serves.
 func TestFakeWorkerRegistration(t *testing.T) {
 	l := newNATSLogin(t)
-	fe, url, natsURL := startAuthFrontend(t, l)
+	// The embedded server serves TLS too, as a multi-host deployment's
+	// would: logins must not cross the network in clear.
+	caFile, certFile, keyFile := writeServerPKI(t, t.TempDir())
+	fe, url, natsURL := startAuthFrontend(t, l, "--nats-tls-cert", certFile, "--nats-tls-key", keyFile, "--nats-ca", caFile)
+	trust := nats.RootCAs(caFile)
 	if strings.Contains(fe.output(), string(l.secret)) {
 		t.Errorf("the frontend printed the NATS secret")
 	}
@@ -123,7 +133,7 @@ func TestFakeWorkerRegistration(t *testing.T) {
 	defer cancel()
 
 	// 1. No credentials: refused at connect.
-	if nc, err := bus.Connect(ctx, natsURL, "anonymous"); err == nil {
+	if nc, err := bus.Connect(ctx, natsURL, "anonymous", trust); err == nil {
 		nc.Close()
 		t.Fatal("a client without credentials connected to the frontend's NATS")
 	} else {
@@ -131,7 +141,7 @@ func TestFakeWorkerRegistration(t *testing.T) {
 	}
 
 	// 2. Worker w1's credentials: w1 may register, w2 may not.
-	nc, err := bus.Connect(ctx, natsURL, "forger", nats.UserInfo(bus.WorkerUser("w1"), bus.Password(l.secret, bus.WorkerUser("w1"))),
+	nc, err := bus.Connect(ctx, natsURL, "forger", trust, nats.UserInfo(bus.WorkerUser("w1"), bus.Password(l.secret, bus.WorkerUser("w1"))),
 		nats.CustomInboxPrefix(bus.WorkerInboxPrefix("w1")), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +183,7 @@ func TestFakeWorkerRegistration(t *testing.T) {
 	g.Close()
 
 	// 3. A real worker process with its own password joins and serves.
-	start(t, readyURL, append([]string{"worker", "--nats", natsURL, "--id", "w3", "--http-addr", "127.0.0.1:0", "--registry-ttl", "2s"}, l.workerArgs(t, "w3")...)...)
+	start(t, readyURL, append([]string{"worker", "--nats", natsURL, "--nats-ca", caFile, "--id", "w3", "--http-addr", "127.0.0.1:0", "--registry-ttl", "2s"}, l.workerArgs(t, "w3")...)...)
 	eventually(t, 15*time.Second, "w3 healthy in /health", func() bool {
 		var h healthWorkers
 		return getJSON(t, url+"/health", &h) == 200 && h.has("w3") && !h.has("w1")
@@ -185,7 +195,7 @@ func TestFakeWorkerRegistration(t *testing.T) {
 	// A worker with the wrong password is refused and says so.
 	bad := filepath.Join(l.dir, "wrong")
 	os.WriteFile(bad, []byte("not-the-password"), 0o600)
-	cmd := exec.Command(binary(t), "worker", "--nats", natsURL, "--id", "w4", "--http-addr", "127.0.0.1:0", "--nats-password-file", bad)
+	cmd := exec.Command(binary(t), "worker", "--nats", natsURL, "--nats-ca", caFile, "--id", "w4", "--http-addr", "127.0.0.1:0", "--nats-password-file", bad)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(strings.ToLower(string(out)), "authorization") {
 		t.Errorf("worker with a wrong password: err %v, output %s", err, out)
@@ -193,8 +203,9 @@ func TestFakeWorkerRegistration(t *testing.T) {
 }
 
 // TestExternalNATSCredentials runs the frontend and a worker against a real
-// external nats-server that holds workers to their own ids with the
-// authorization block `switchyard nats-config` prints: the frontend logs in
+// external nats-server, over TLS verified with a CA (--nats-ca), that holds
+// workers to their own ids with the authorization block `switchyard
+// nats-config` prints: the frontend logs in
 // with a password embedded in its --nats URL, which it must never print,
 // the worker with its password file; an anonymous client and a worker
 // registering another id are refused by the server.
@@ -216,7 +227,9 @@ func TestExternalNATSCredentials(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	dir := t.TempDir()
-	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n%s", port, filepath.Join(dir, "js"), conf.String())
+	caFile, certFile, keyFile := writeServerPKI(t, dir)
+	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\ntls { cert_file: %q, key_file: %q }\n%s",
+		port, filepath.Join(dir, "js"), certFile, keyFile, conf.String())
 	cfgFile := filepath.Join(dir, "nats.conf")
 	os.WriteFile(cfgFile, []byte(cfg), 0o600)
 	srv := exec.Command("nats-server", "-c", cfgFile)
@@ -243,16 +256,21 @@ func TestExternalNATSCredentials(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if nc, err := bus.Connect(ctx, plain, "anonymous"); err == nil {
+	trust := nats.RootCAs(caFile)
+	if nc, err := bus.Connect(ctx, plain, "anonymous", trust); err == nil {
 		nc.Close()
 		t.Fatal("an anonymous client connected to the external server")
+	}
+	if nc, err := bus.Connect(ctx, plain, "no tls", nats.UserInfo(bus.UserFrontend, bus.Password(l.secret, bus.UserFrontend))); err == nil {
+		nc.Close()
+		t.Fatal("a client without TLS connected to the TLS server")
 	}
 
 	fpass := bus.Password(l.secret, bus.UserFrontend)
 	withCreds := "nats://frontend:" + fpass + "@127.0.0.1:" + strconv.Itoa(port)
-	fe, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", withCreds, "--registry-ttl", "2s", "--log-level", "debug")
+	fe, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", withCreds, "--nats-ca", caFile, "--registry-ttl", "2s", "--log-level", "debug")
 	url := m[1]
-	start(t, readyURL, append([]string{"worker", "--nats", plain, "--id", "w1", "--http-addr", "127.0.0.1:0", "--registry-ttl", "2s"}, l.workerArgs(t, "w1")...)...)
+	start(t, readyURL, append([]string{"worker", "--nats", plain, "--nats-ca", caFile, "--id", "w1", "--http-addr", "127.0.0.1:0", "--registry-ttl", "2s"}, l.workerArgs(t, "w1")...)...)
 	eventually(t, 15*time.Second, "w1 in /health", func() bool {
 		var h healthWorkers
 		return getJSON(t, url+"/health", &h) == 200 && h.has("w1")
@@ -267,7 +285,7 @@ func TestExternalNATSCredentials(t *testing.T) {
 	}
 
 	// w2's credentials cannot register as w1 on the external server.
-	nc, err := bus.Connect(ctx, plain, "forger", nats.UserInfo(bus.WorkerUser("w2"), bus.Password(l.secret, bus.WorkerUser("w2"))),
+	nc, err := bus.Connect(ctx, plain, "forger", trust, nats.UserInfo(bus.WorkerUser("w2"), bus.Password(l.secret, bus.WorkerUser("w2"))),
 		nats.CustomInboxPrefix(bus.WorkerInboxPrefix("w2")), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	if err != nil {
 		t.Fatal(err)
@@ -448,4 +466,40 @@ func TestKVXferFlood(t *testing.T) {
 	if code := getJSON(t, ready[1]+"/health", &st); code != 200 || st.Status != "ok" {
 		t.Errorf("worker /health after the flood: %d %+v", code, st)
 	}
+}
+
+// writeServerPKI writes a CA and a server certificate for 127.0.0.1 it
+// signed, as PEM files in dir.
+func writeServerPKI(t testing.TB, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ = x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", der), write("server-key.pem", "PRIVATE KEY", kb)
 }
