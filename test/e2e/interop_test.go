@@ -134,6 +134,7 @@ func TestVLLMWireFromLibzmq(t *testing.T) {
 			ID     string `json:"id"`
 			Events struct {
 				State string `json:"state"`
+				Epoch uint64 `json:"epoch"`
 			} `json:"events"`
 		} `json:"workers"`
 	}
@@ -141,5 +142,25 @@ func TestVLLMWireFromLibzmq(t *testing.T) {
 	if len(h.Workers) != 1 || h.Workers[0].ID != "vllm-a" || h.Workers[0].Events.State != "healthy" {
 		t.Errorf("/health workers = %+v, want vllm-a healthy", h.Workers)
 	}
-	_ = br
+
+	// The bridge is killed (no deregistration) and started again: it
+	// rebuilds its mirror from the engine's replay buffer, and the worker is
+	// back in sync under a new epoch.
+	oldEpoch := h.Workers[0].Events.Epoch
+	br.kill()
+	start(t, readyURL, append([]string{"worker", "--engine", "vllm", "--id", "vllm-a",
+		"--engine-url", "http://127.0.0.1:" + m[1], "--kv-events", m[2], "--kv-replay", m[3],
+		"--nats", natsURL, "--registry-ttl", "2s"}, login.workerArgs(t, "vllm-a")...)...)
+	eventually(t, 20*time.Second, "the restarted bridge healthy with every chain", func() bool {
+		getJSON(t, url+"/health", &h)
+		if len(h.Workers) != 1 || h.Workers[0].Events.State != "healthy" || h.Workers[0].Events.Epoch == oldEpoch {
+			return false
+		}
+		for c := range 6 {
+			if lookup(c) != 4 {
+				return false
+			}
+		}
+		return true
+	})
 }
