@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -186,5 +187,43 @@ func TestFrontendSendsWorkerKey(t *testing.T) {
 	}
 	if code, b := post(t, fe.URL()+"/admin/links/probe", `{"from":"p1","to":"d1","bytes":1048576}`, "Authorization", "Bearer adm"); code != 200 {
 		t.Errorf("link probe through the frontend: %d %s", code, b)
+	}
+}
+
+// TestWorkerNetworksRefuseInHealth checks --worker-networks end to end in
+// process: a worker registered outside the networks is never routed to and
+// /health lists it as refused.
+func TestWorkerNetworksRefuseInHealth(t *testing.T) {
+	ctx := context.Background()
+	nc := bustest.Connect(t, bustest.Server(t, bus.EmbeddedConfig{Port: -1}).ClientURL())
+	subj, _ := bus.NewSubjects("test")
+	log := slog.New(slog.DiscardHandler)
+	fe, err := StartFrontend(ctx, FrontendConfig{HTTPAddr: "127.0.0.1:0", NC: nc, Subjects: subj, Logger: log,
+		Model: "qwen3-0.6b", WorkerNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fe.Close() })
+	w, err := StartWorker(ctx, WorkerConfig{Sim: sim.Config{ID: "w1", Speedup: 50}, HTTPAddr: "127.0.0.1:0", NC: nc, Subjects: subj, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	deadline := time.Now().Add(10 * time.Second)
+	for len(fe.Server().Health().Refused) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("w1 was not refused within 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h := fe.Server().Health()
+	if r := h.Refused[0]; r.ID != "w1" || !strings.Contains(r.Reason, "outside --worker-networks") {
+		t.Errorf("refused %+v", h.Refused)
+	}
+	if len(h.Workers) != 0 || h.Status != "unavailable" {
+		t.Errorf("health %s with workers %+v, want unavailable and none routable", h.Status, h.Workers)
+	}
+	if code, _ := post(t, fe.URL()+"/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi","max_tokens":1}`); code != http.StatusServiceUnavailable {
+		t.Errorf("completion status %d, want 503", code)
 	}
 }
