@@ -200,6 +200,23 @@ func TestPrefixCacheOffFails(t *testing.T) {
 	}
 }
 
+// TestRoutingByTier: workers that serve their hits from host memory get the
+// routing check's hits, bytes and TTFT split by tier.
+func TestRoutingByTier(t *testing.T) {
+	f := preflighttest.New(t, preflighttest.Config{Workers: []preflighttest.Worker{{ID: "w1", HostTier: true}, {ID: "w2", HostTier: true}}})
+	rep, out := run(t, testConfig(f.URL))
+	r := check(t, rep, CheckRouting).Routing
+	if r.Tiers == nil {
+		t.Fatalf("no tiers in routing %+v\n%s", r, out)
+	}
+	if r.Tiers.HitRatio["cpu"] <= 0 || r.Tiers.HitRatio["gpu"] != 0 || r.Tiers.LoadedBytes["cpu"] <= 0 || r.Tiers.MeanTTFTS["cpu"] <= 0 {
+		t.Errorf("tiers %+v, want every hit from cpu with bytes and a ttft", r.Tiers)
+	}
+	if !strings.Contains(out, "by KV tier") {
+		t.Errorf("report lacks the tier note:\n%s", out)
+	}
+}
+
 func TestRoutingWithoutKVFails(t *testing.T) {
 	f := preflighttest.New(t, preflighttest.Config{Workers: twoWorkers(), Policy: "round-robin"})
 	rep, out := run(t, testConfig(f.URL))

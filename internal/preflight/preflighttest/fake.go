@@ -42,6 +42,10 @@ type Worker struct {
 	// while still reporting stored blocks, like an engine with prefix
 	// caching switched off but events on.
 	NoCache bool
+	// HostTier makes the worker report every cached token as loaded from
+	// host memory (usage.prompt_tokens_details.switchyard_kv_tiers), as an
+	// engine whose GPU evicted the prefix to its CPU tier would.
+	HostTier bool
 	// PrefillA and PrefillB model prefill time for the predict endpoint:
 	// A·n + B·n² seconds for n uncached tokens.
 	PrefillA, PrefillB float64
@@ -347,9 +351,17 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 		_ = sw.Event(map[string]any{"object": "text_completion", "model": f.cfg.Model,
 			"choices": []map[string]any{{"index": 0, "text": " tok", "finish_reason": nil}}, "usage": nil})
 	}
+	details := &openai.PromptTokensDetails{CachedTokens: cached}
+	if x.HostTier {
+		kvb := x.KVBytesPerToken
+		if kvb == 0 {
+			kvb = 114688
+		}
+		details.KVTiers = &openai.KVTiers{CPUTokens: cached, CPULoadedBytes: int64(cached) * kvb}
+	}
 	_ = sw.Event(map[string]any{"object": "text_completion", "model": f.cfg.Model, "choices": []any{},
 		"usage": openai.Usage{PromptTokens: len(toks), CompletionTokens: n, TotalTokens: len(toks) + n,
-			PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: cached}}})
+			PromptTokensDetails: details}})
 	_ = sw.Done()
 }
 
