@@ -74,7 +74,7 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	fs.DurationVar(&cfg.TTFTSLO, "ttft-slo", cfg.TTFTSLO, "goodput SLO on time to first token")
 	fs.DurationVar(&cfg.ITLSLO, "itl-slo", cfg.ITLSLO, "goodput SLO on a request's mean inter-token latency")
 	fs.StringVar(&jsonPath, "json", "", "write per-request records and aggregates to this JSON file")
-	fs.StringVar(&plotPath, "plot", "", "write the TTFT CDF to FILE.png and the hit ratio over time to FILE-hits.png")
+	fs.StringVar(&plotPath, "plot", "", "write the TTFT CDF to FILE.png and the hit ratio over time to FILE-hits.png (disagg: TTFT by prompt size to FILE-sizes.png)")
 	if code := parseFlags(fs, args[1:], env); code >= 0 {
 		return cfg, "", "", code
 	}
@@ -182,8 +182,7 @@ func runBench(ctx context.Context, args []string, env Env) int {
 			if werr := bench.WritePlots(plotPath, rep); werr != nil {
 				err = errors.Join(err, werr)
 			} else {
-				a, b := bench.PlotPaths(plotPath)
-				fmt.Fprintf(env.Stderr, "bench: wrote %s and %s\n", a, b)
+				fmt.Fprintf(env.Stderr, "bench: wrote %s\n", strings.Join(bench.PlotFiles(plotPath, rep), " and "))
 			}
 		}
 	}
