@@ -198,12 +198,17 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 		defer os.Remove(bc.secretPath)
 	}
 	cfg.NC = bc.nc
-	tok, err := openTokenizer(f.tokenizer)
-	if err != nil {
-		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
-		return ExitFail
+	tokName := "engine (POST /tokenize on a worker, cached by body digest)"
+	if f.tokenizer == "engine" {
+		cfg.EngineTokenizer = true
+	} else {
+		tok, err := openTokenizer(f.tokenizer)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
+			return ExitFail
+		}
+		cfg.Tokenizer, tokName = tok, tok.Name()
 	}
-	cfg.Tokenizer = tok
 	fe, err := node.StartFrontend(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
@@ -233,7 +238,7 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 	default:
 		fmt.Fprintf(env.Stderr, "start workers with: switchyard worker --nats %s --namespace %s --id w1 --http-addr 127.0.0.1:8101 (and their NATS login)\n", natsURL, f.bus.namespace)
 	}
-	fmt.Fprintf(env.Stderr, "tokenizer: %s\n", tok.Name())
+	fmt.Fprintf(env.Stderr, "tokenizer: %s\n", tokName)
 	<-ctx.Done()
 	return ExitOK
 }

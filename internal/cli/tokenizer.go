@@ -8,7 +8,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
-const tokenizerUsage = "the model's tokenizer: cl100k (built in), a tokenizer.json or the folder holding it and tokenizer_config.json, " +
+const tokenizerUsage = "the model's tokenizer: cl100k (built in), engine (ask a worker's POST /tokenize, as vLLM serves it; cached by body digest), a tokenizer.json or the folder holding it and tokenizer_config.json, " +
 	"or a HuggingFace model id (org/name) in the local cache ($HF_HOME/hub or ~/.cache/huggingface/hub; nothing is downloaded)"
 
 func tokenizerFlag(fs *flag.FlagSet, spec *string) {

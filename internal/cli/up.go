@@ -154,14 +154,20 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	defer bc.close()
 	nc, natsURL := bc.nc, bus.RedactURL(bc.url)
 
-	tok, err := openTokenizer(u.tokenizer)
-	if err != nil {
-		return fail(ExitFail, err)
-	}
-	u.engine.Tokenizer = tok
-
 	fcfg := u.frontend
-	fcfg.Tokenizer = tok
+	tokName := "engine (the workers' POST /tokenize)"
+	if u.tokenizer == "engine" {
+		// The simulated engines keep their own (default) tokenizer and
+		// the frontend asks them, as it would ask vLLM.
+		fcfg.EngineTokenizer = true
+	} else {
+		tok, err := openTokenizer(u.tokenizer)
+		if err != nil {
+			return fail(ExitFail, err)
+		}
+		u.engine.Tokenizer = tok
+		fcfg.Tokenizer, tokName = tok, tok.Name()
+	}
 	fcfg.NC, fcfg.Subjects, fcfg.RegistryTTL, fcfg.Logger = nc, subj, u.bus.registryTTL, log
 	fcfg.Model, fcfg.BlockSize = u.engine.Model, u.engine.BlockSize
 	if rate > 0 {
@@ -265,7 +271,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 			xfer += " (auto certificates)"
 		}
 	}
-	fmt.Fprintf(env.Stderr, "workers:\n%s\nNATS %s, router %s, disagg %s%s, tokenizer %s\n", strings.Join(lines, "\n"), natsURL, fcfg.Policy, fcfg.Disagg, xfer, tok.Name())
+	fmt.Fprintf(env.Stderr, "workers:\n%s\nNATS %s, router %s, disagg %s%s, tokenizer %s\n", strings.Join(lines, "\n"), natsURL, fcfg.Policy, fcfg.Disagg, xfer, tokName)
 	auth := ""
 	if fcfg.APIKey != "" {
 		auth = ` -H "Authorization: Bearer $SWITCHYARD_API_KEY"`

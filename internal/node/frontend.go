@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/enginetok"
 	"github.com/switchyard-llm/switchyard/internal/frontend"
 	"github.com/switchyard-llm/switchyard/internal/gate"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
@@ -41,6 +42,9 @@ type FrontendConfig struct {
 	BlockSize int
 	// Tokenizer tokenizes prompts and chats for routing (nil: cl100k).
 	Tokenizer tokenizer.Encoder
+	// EngineTokenizer, instead, asks the workers' POST /tokenize
+	// (--tokenizer engine); Tokenizer must then be nil.
+	EngineTokenizer bool
 
 	Policy string  // router policy; "" means kv
 	Alpha  float64 // kv cost weight; 0 means 1
@@ -265,6 +269,21 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	} // else: once the peers had a moment to answer (below)
 
 	a := adapters{f}
+	if cfg.EngineTokenizer {
+		et, err := enginetok.New(enginetok.Config{Model: cfg.Model, Logger: f.log, Workers: func() []string {
+			var urls []string
+			for _, w := range f.watcher.Workers() {
+				// Prefill workers run the same model; any will do.
+				urls = append(urls, w.HTTPURL)
+			}
+			return urls
+		}})
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		cfg.Tokenizer = et
+	}
 	var settingsChanged func()
 	if f.share != nil {
 		settingsChanged = f.settingsChanged

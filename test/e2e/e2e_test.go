@@ -288,6 +288,8 @@ func TestFieldReportRoutingTable(t *testing.T) {
 		// as real engines do: the bridges recompute every hash from the
 		// engines' token_ids.
 		{name: "kv, through vLLM-wire bridges", args: []string{"--router", "kv", "--engine-wire", "vllm"}},
+		// And the frontend tokenizes on the engines (POST /tokenize).
+		{name: "kv, bridges, --tokenizer engine", args: []string{"--router", "kv", "--engine-wire", "vllm", "--tokenizer", "engine"}},
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
@@ -337,13 +339,16 @@ func TestFieldReportRoutingTable(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("\n| policy | cache hits (of 60) |\n|---|---|\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |",
-		rows[0].name, rows[0].hits, rows[1].name, rows[1].hits, rows[2].name, rows[2].hits, rows[3].name, rows[3].hits, rows[4].name, rows[4].hits)
+	t.Logf("\n| policy | cache hits (of 60) |\n|---|---|\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |\n| %s | %d |",
+		rows[0].name, rows[0].hits, rows[1].name, rows[1].hits, rows[2].name, rows[2].hits, rows[3].name, rows[3].hits, rows[4].name, rows[4].hits, rows[5].name, rows[5].hits)
 	if rows[0].hits != 60 {
 		t.Errorf("kv: %d of 60 hits, want 60", rows[0].hits)
 	}
 	if rows[4].hits != 60 {
 		t.Errorf("kv through bridges: %d of 60 hits, want 60", rows[4].hits)
+	}
+	if rows[5].hits != 60 {
+		t.Errorf("kv through bridges with the engines tokenizing: %d of 60 hits, want 60", rows[5].hits)
 	}
 	if rows[1].hits >= 55 {
 		t.Errorf("round-robin: %d of 60 hits; the cache is sized so scattering must cost", rows[1].hits)
