@@ -161,9 +161,6 @@ func (r *Registry) put(ctx context.Context, key string, val []byte) error {
 	return err
 }
 
-// Connected reports whether the registry's NATS connection is up.
-func (r *Registry) Connected() bool { return r.nc.IsConnected() }
-
 // TTL is the entry lifetime in force for the bucket.
 func (r *Registry) TTL() time.Duration { return r.ttl }
 

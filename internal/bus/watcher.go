@@ -264,7 +264,10 @@ func (w *Watcher) rewatch(ctx context.Context) (jetstream.KeyWatcher, error) {
 	if !w.r.nc.IsConnected() {
 		return nil, errors.New("bus: NATS is not connected")
 	}
-	kv, err := w.r.ensure(ctx)
+	// The watch lives as long as ctx, so only the bucket call is bounded.
+	ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	kv, err := w.r.ensure(ectx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

@@ -156,12 +156,27 @@
 // (every request; endpoint is chat, completions, the path of other routes,
 // or unmatched), switchyard_ttft_seconds, switchyard_itl_seconds,
 // switchyard_errors_total{kind}, switchyard_retries_total,
-// switchyard_prefill_fallbacks_total, switchyard_prompt_tokens_total and
-// switchyard_cache_hit_tokens_total.
+// switchyard_prefill_fallbacks_total, switchyard_prompt_tokens_total,
+// switchyard_cache_hit_tokens_total, switchyard_worker_ejections_total,
+// switchyard_worker_gone_cancels_total, switchyard_shed_total{scope},
+// switchyard_client_connections and
+// switchyard_client_connections_refused_total.
+//
+// # Client limits
+//
+// Server.Listener caps open connections (MaxConnections; one more gets 503
+// with Retry-After and is closed) and gives each a 64 KiB send buffer. A
+// request body must arrive within ClientReadTimeout (else 408). Every
+// write to a client has a deadline ClientStallTimeout ahead: a client that
+// stops reading is cut off and its upstream request cancelled (kind
+// client_slow). MaxInflight and MaxInflightPerWorker shed load with 429 and
+// Retry-After. Header and idle timeouts belong to the http.Server (the
+// node sets them).
 //
 // # Concurrency
 //
-// A Server is safe for concurrent use. It starts no goroutines of its own
-// beyond what net/http does per request; Close releases idle upstream
-// connections.
+// A Server is safe for concurrent use. Beyond what net/http does per
+// request, it starts one probe goroutine per ejected worker, which ends
+// when the worker answers, leaves the pool or Close is called; Close waits
+// for them and releases idle upstream connections.
 package frontend

@@ -46,6 +46,11 @@ func TestSoak(t *testing.T) {
 		goroutines float64
 		rssMB      float64
 	}
+	type jsonSample struct {
+		AtS        float64 `json:"at_s"`
+		Goroutines float64 `json:"goroutines"`
+		RSSMB      float64 `json:"rss_mb"`
+	}
 	read := func(since time.Time) sample {
 		return sample{time.Since(since), metric(t, c.url, "go_goroutines"), metric(t, c.url, "process_resident_memory_bytes") / 1e6}
 	}
@@ -139,7 +144,11 @@ func TestSoak(t *testing.T) {
 	if f := counts[5].Load(); f*100 > total {
 		t.Errorf("%d of %d requests failed unexpectedly", f, total)
 	}
-	if b, err := json.Marshal(samples); err == nil {
+	js := make([]jsonSample, len(samples))
+	for i, s := range samples {
+		js[i] = jsonSample{s.at.Seconds(), s.goroutines, s.rssMB}
+	}
+	if b, err := json.Marshal(js); err == nil {
 		t.Logf("samples: %s", b)
 	}
 }
