@@ -44,16 +44,17 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
 	}
+	var concurrency, prefixes, warmup optInt
 	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL; several separated by commas spread requests round-robin (a refusing one is skipped)")
 	fs.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")
 	fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "measured requests (routing, selftest)")
-	fs.IntVar(&cfg.Prefixes, "prefixes", cfg.Prefixes, "shared prefixes (routing; default: enough that they need 1.5× one worker's KV cache, from /health)")
+	fs.Var(&prefixes, "prefixes", "`K` shared prefixes (routing; default: enough that they need 1.5× one worker's KV cache, from /health)")
 	fs.IntVar(&cfg.PrefixTokens, "prefix-tokens", cfg.PrefixTokens, "prefix length in random token IDs (routing)")
 	fs.IntVar(&cfg.PrefixWords, "prefix-words", 0, "prefix length in English words; overrides --prefix-tokens (routing)")
 	fs.IntVar(&cfg.SuffixTokens, "suffix-tokens", cfg.SuffixTokens, "unique suffix per request (routing)")
-	fs.IntVar(&cfg.Warmup, "warmup", cfg.Warmup, "warm-up requests, excluded from results (routing; default one per prefix)")
+	fs.Var(&warmup, "warmup", "`N` warm-up requests, excluded from results (routing; default one per prefix)")
 	promptTokens := fs.String("prompt-tokens", "500,1500,3000", "prompt sizes to sweep (disagg)")
 	fs.IntVar(&cfg.Repeats, "repeats", cfg.Repeats, "requests per prompt size (disagg)")
 	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (trace)")
@@ -61,7 +62,7 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
 	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests (0 = all)")
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "completion tokens per request (routing, disagg, selftest)")
-	concurrency := fs.Int("concurrency", -1, "max requests in flight (default 4; selftest 64; trace unlimited = 0)")
+	fs.Var(&concurrency, "concurrency", "at most `N` requests in flight (default 4; selftest 64; trace 0 = unlimited)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "Poisson arrival rate in requests/s (0 = as fast as --concurrency allows)")
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed for every random choice")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
@@ -87,15 +88,25 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 		}
 		cfg.Prefixes, cfg.PrefixTokens, cfg.SuffixTokens, cfg.Warmup = 4, 64, 8, 0
 	}
+	if prefixes.set {
+		cfg.Prefixes = prefixes.v
+	}
+	if warmup.set {
+		cfg.Warmup = warmup.v
+		if cfg.Warmup < 0 {
+			fmt.Fprintf(env.Stderr, "switchyard bench: --warmup %d: want 0 or more\n", cfg.Warmup)
+			return cfg, "", "", ExitUsage
+		}
+	}
 	switch {
-	case *concurrency >= 0:
-		cfg.Concurrency = *concurrency
+	case concurrency.set:
+		cfg.Concurrency = concurrency.v // Validate rejects a negative one
 	case cfg.Scenario == bench.ScenarioTrace:
 		cfg.Concurrency = 0
 	case cfg.Scenario == bench.ScenarioSelftest:
 		cfg.Concurrency = 64
 	}
-	cfg.AutoPrefixes = cfg.Scenario == bench.ScenarioRouting && !flagSet(fs, "prefixes")
+	cfg.AutoPrefixes = cfg.Scenario == bench.ScenarioRouting && !prefixes.set
 	if flagSet(fs, "prefix-words") && flagSet(fs, "prefix-tokens") {
 		fmt.Fprintln(env.Stderr, "switchyard bench: give --prefix-words or --prefix-tokens, not both")
 		return cfg, "", "", ExitUsage
@@ -202,4 +213,28 @@ func isTerminal(w any) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// optInt is an integer flag whose default is described in its usage text
+// rather than printed by -h ("(default -1)" next to "(default 4; ...)"),
+// and which knows whether it was given.
+type optInt struct {
+	v   int
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.v)
+}
+
+func (o *optInt) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not an integer")
+	}
+	o.v, o.set = v, true
+	return nil
 }

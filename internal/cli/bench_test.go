@@ -21,6 +21,10 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"both prefix flags", []string{"bench", "routing", "--prefix-words", "10", "--prefix-tokens", "10"}, "not both"},
 		{"plot not png", []string{"bench", "routing", "--plot", "out.svg"}, ".png"},
 		{"zero concurrency", []string{"bench", "routing", "--concurrency", "0"}, "--concurrency"},
+		{"negative concurrency", []string{"bench", "routing", "--concurrency", "-3"}, "--concurrency -3: want at least 1"},
+		{"negative trace concurrency", []string{"bench", "trace", "--trace", "t.jsonl", "--concurrency", "-3"}, "--concurrency -3"},
+		{"negative warmup", []string{"bench", "routing", "--warmup", "-2"}, "--warmup -2"},
+		{"concurrency not a number", []string{"bench", "routing", "--concurrency", "many"}, "not an integer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,6 +43,45 @@ func TestBenchUnreachableIsRuntimeFailure(t *testing.T) {
 	code := Main(context.Background(), []string{"bench", "routing", "--url", "http://127.0.0.1:1", "--requests", "1"}, nil, &out, &errb)
 	if code != ExitFail || !strings.Contains(errb.String(), "is the frontend running") {
 		t.Errorf("exit %d, stderr %q", code, errb.String())
+	}
+	if !strings.HasPrefix(errb.String(), "switchyard bench: GET /health") {
+		t.Errorf("stderr %q, want one prefix: switchyard bench: GET /health ...", errb.String())
+	}
+}
+
+// TestNoDoubledPrefixes: a library error's package prefix is dropped where
+// it repeats the command's, on every line of a joined error too.
+func TestNoDoubledPrefixes(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "routing", "--url", "http://127.0.0.1:1"},
+		{"bench", "routing", "--url", "bad", "--requests", "0"},
+		{"preflight", "--url", "http://127.0.0.1:1"},
+		{"linktest", "--url", "http://127.0.0.1:1"},
+	} {
+		var out, errb bytes.Buffer
+		Main(context.Background(), args, nil, &out, &errb)
+		if s := errb.String(); strings.Contains(s, args[0]+": "+args[0]+": ") || strings.Contains(s, "\n  "+args[0]+": ") || !strings.Contains(s, "switchyard "+args[0]+": ") {
+			t.Errorf("%v: stderr %q has a doubled prefix or none", args, s)
+		}
+	}
+}
+
+// TestBenchHelpPrintsEachDefaultOnce: -h never shows "(default 4; ...)
+// (default -1)".
+func TestBenchHelpPrintsEachDefaultOnce(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"bench", "routing", "-h"}, nil, &out, &errb); code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, line := range strings.Split(errb.String(), "\n") {
+		if strings.Count(line, "(default") > 1 || strings.Contains(line, "(default -1)") {
+			t.Errorf("help line %q", line)
+		}
+	}
+	for _, want := range []string{"-concurrency N", "-prefixes K", "-warmup N"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("help does not show %q", want)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -61,7 +62,28 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		usage(stderr)
 		return ExitUsage
 	}
+	env.Stderr = &dedupPrefix{w: stderr, name: args[0]}
 	return c.run(ctx, args[1:], env)
+}
+
+// dedupPrefix drops the library's package prefix where it repeats the
+// command's ("switchyard bench: bench: GET /health ..." becomes
+// "switchyard bench: GET /health ..."): libraries prefix their errors with
+// their package, and most commands are named after theirs. It rewrites
+// whole writes, which is how fmt.Fprintf writes a line.
+type dedupPrefix struct {
+	w    io.Writer
+	name string
+}
+
+func (d *dedupPrefix) Write(p []byte) (int, error) {
+	pre := "switchyard " + d.name + ": "
+	q := bytes.ReplaceAll(p, []byte(pre+d.name+": "), []byte(pre))
+	q = bytes.ReplaceAll(q, []byte("\n  "+d.name+": "), []byte("\n  ")) // joined errors, one per line
+	if _, err := d.w.Write(q); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func usage(w io.Writer) {
