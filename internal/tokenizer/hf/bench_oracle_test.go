@@ -3,7 +3,13 @@
 package hf
 
 import (
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +52,96 @@ func BenchmarkLoad(b *testing.B) {
 			runtime.ReadMemStats(&after)
 			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MB")
 			runtime.KeepAlive(keep)
+		})
+	}
+}
+
+// englishWords builds an n-word English prompt: sentences of common words
+// with capitals, commas and periods, deterministic.
+func englishWords(n int) string {
+	words := strings.Fields(`the of and to in is that for it as was with be by on not he this are or his from at which but
+		have an had they you were their one all we can her has there been if more when will would who so no time people year
+		way day man thing woman life child world school state family student group country problem hand part place case week
+		company system program question work government number night point home water room mother area money story fact month
+		lot right study book eye job word business issue side kind head house service friend father power hour game line end
+		member law car city community name team minute idea kid body information back parent face others level office door
+		health person art war history party result change morning reason research girl guy moment air teacher force education
+		good new first last long great little own other old big high different small large next early young important few
+		public bad same able quiet river light green garden train signal switch running measured tokenizer's weren't`)
+	rng := rand.New(rand.NewPCG(1500, 1))
+	var b strings.Builder
+	start := true
+	for i := range n {
+		w := words[rng.IntN(len(words))]
+		if start {
+			w = strings.ToUpper(w[:1]) + w[1:]
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(w)
+		start = false
+		switch r := rng.IntN(20); {
+		case r == 0:
+			b.WriteByte(',')
+		case r == 1 || i == n-1:
+			b.WriteByte('.')
+			start = true
+		}
+	}
+	return b.String()
+}
+
+// BenchmarkEncode1500Words encodes a 1,500-word English prompt with
+// Qwen3's tokenizer into a reused buffer, and runs the npm oracle on the
+// same text in the same run: oracle-µs is its warm median, ratio the
+// oracle's time over ours.
+//
+//	make tokenizer-deps && go test -tags oracle -run '^$' -bench Encode1500Words -cpu 1 ./internal/tokenizer/hf/
+func BenchmarkEncode1500Words(b *testing.B) {
+	text := englishWords(1500)
+	for _, family := range families {
+		b.Run(family, func(b *testing.B) {
+			tk := familyTokenizer(b, family)
+			buf := tk.AppendEncode(nil, text)
+			n := len(buf)
+			b.SetBytes(int64(len(text)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			c0 := cpuTime()
+			for b.Loop() {
+				buf = tk.AppendEncode(buf[:0], text)
+			}
+			cpu := cpuTime() - c0
+			b.StopTimer()
+			// CPU time is the steadier figure on a shared machine: wall
+			// time also counts the neighbours' turns on the core.
+			b.ReportMetric(float64(cpu.Nanoseconds())/1000/float64(b.N), "cpu-µs/op")
+			ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			b.ReportMetric(float64(n), "tokens")
+			b.ReportMetric(ns/1000, "µs/op")
+			f := filepath.Join(b.TempDir(), "prompt.txt")
+			if err := os.WriteFile(f, []byte(text), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			cmd := exec.Command("node", "oracle.mjs", "bench", family, f, "200")
+			cmd.Dir = oracleDir(b)
+			out, err := cmd.Output()
+			if err != nil {
+				b.Fatalf("oracle bench: %v", err)
+			}
+			var res struct {
+				Tokens   int     `json:"tokens"`
+				MedianUS float64 `json:"median_us"`
+			}
+			if err := json.Unmarshal(out, &res); err != nil {
+				b.Fatal(err)
+			}
+			if res.Tokens != n {
+				b.Fatalf("oracle counts %d tokens, we %d", res.Tokens, n)
+			}
+			b.ReportMetric(res.MedianUS, "oracle-µs")
+			b.ReportMetric(res.MedianUS/(ns/1000), "oracle/ours")
 		})
 	}
 }

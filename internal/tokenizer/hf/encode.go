@@ -126,6 +126,20 @@ func (t *Tokenizer) appendPieces(dst []uint32, k int, s string) []uint32 {
 		return t.appendBPE(dst, s)
 	}
 	m := t.stages[k].m
+	if f, ok := m.(finder); ok {
+		for i := 0; i < len(s); {
+			start, end, ok := f.find(s, i)
+			if !ok {
+				return t.appendPieces(dst, k+1, s[i:])
+			}
+			if start > i {
+				dst = t.appendPieces(dst, k+1, s[i:start])
+			}
+			dst = t.appendPieces(dst, k+1, s[start:end])
+			i = end
+		}
+		return dst
+	}
 	gap := -1
 	for i := 0; i < len(s); {
 		if end, ok := m.match(s, i); ok {
@@ -147,6 +161,12 @@ func (t *Tokenizer) appendPieces(dst []uint32, k int, s string) []uint32 {
 		dst = t.appendPieces(dst, k+1, s[gap:])
 	}
 	return dst
+}
+
+// finder is a matcher that can find its next match directly, which is
+// faster for patterns that match rarely (DeepSeek's digits and CJK).
+type finder interface {
+	find(s string, i int) (start, end int, ok bool)
 }
 
 // ToValidUTF8 replaces each maximal ill-formed subsequence of s with

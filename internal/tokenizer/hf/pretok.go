@@ -237,6 +237,30 @@ type runMatcher struct {
 	max int
 }
 
+// find returns the first match at or after s[i]: matches start where a
+// rune in the class follows one that is not (or the previous match ended
+// after max runes), so scanning for the first rune in the class is exact.
+func (m runMatcher) find(s string, i int) (start, end int, ok bool) {
+	for i < len(s) {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if m.in(rune(c)) {
+				end, _ := m.match(s, i)
+				return i, end, true
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if m.in(r) {
+			end, _ := m.match(s, i)
+			return i, end, true
+		}
+		i += n
+	}
+	return 0, 0, false
+}
+
 func (m runMatcher) match(s string, i int) (int, bool) {
 	end := i
 	for k := 0; end < len(s) && (m.max == 0 || k < m.max); k++ {
