@@ -23,7 +23,7 @@ e2e-deps:
 	@command -v npm >/dev/null || { echo "make: npm not found: the end-to-end tests need Node.js >= 20 and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }
 	@if [ -d test/e2e/client ]; then cd test/e2e/client && npm ci --no-audit --no-fund --loglevel=error; fi
 
-e2e: build e2e-deps
+e2e: build e2e-deps tokenizer-deps
 	SWITCHYARD_BIN=$(CURDIR)/bin/switchyard $(GO) test -count=1 -tags e2e -timeout 15m ./test/e2e/...
 
 # The tokenizer oracle: transformers.js's tokenizers and the Qwen3, Llama 3.1

@@ -66,6 +66,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		run        func(context.Context) Check
 	}{
 		{CheckInventory, "reading /health", nil},
+		{CheckTokenizer, "the same prompt and chat through the frontend's and each worker's tokenizer", r.checkTokenizer},
 		{CheckEvents, "probing each worker's KV events", r.checkEvents},
 		{CheckPrefix, "same-prefix TTFT probe on each serving worker", r.checkPrefix},
 		{CheckRouting, "repeated-prefix workload through the router", r.checkRouting},

@@ -31,8 +31,8 @@ func run(t *testing.T, cfg Config) (*Report, string) {
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
-	if got := strings.Count(progress.String(), "preflight: ["); got != 6 {
-		t.Errorf("progress lines = %d, want one per check (6):\n%s", got, progress.String())
+	if got := strings.Count(progress.String(), "preflight: ["); got != 7 {
+		t.Errorf("progress lines = %d, want one per check (7):\n%s", got, progress.String())
 	}
 	var out bytes.Buffer
 	if err := WriteTable(&out, rep); err != nil {

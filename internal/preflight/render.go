@@ -57,6 +57,18 @@ func sections(rep *Report) []section {
 					fmt.Sprintf("%d/%d", p.IndexedBlocks, p.ProbeBlocks), fmt.Sprintf("%d→%d", p.GapsBefore, p.GapsAfter), age, string(p.Status)})
 			}
 			out = append(out, s)
+		case len(c.Tokenizer) > 0:
+			s := section{title: "Tokenizer", header: []string{"worker", "probe", "frontend tokens", "worker tokens", "first difference", "result"}}
+			for _, p := range c.Tokenizer {
+				d := "-"
+				if p.FirstDiff >= 0 {
+					d = fmt.Sprintf("at %d: %s", p.FirstDiff, p.Detail)
+				} else if p.Detail != "" {
+					d = p.Detail
+				}
+				s.rows = append(s.rows, []string{p.Worker, p.Probe, strconv.Itoa(p.FrontendTokens), strconv.Itoa(p.WorkerTokens), d, string(p.Status)})
+			}
+			out = append(out, s)
 		case len(c.Prefix) > 0:
 			s := section{title: "Same-prefix probe", header: []string{"worker", "role", "prompt", "cold TTFT", "warm TTFT", "warm/cold", "cached cold/warm", "need", "result"}}
 			for _, p := range c.Prefix {

@@ -41,6 +41,7 @@ const (
 	CheckRouting   = "routing"
 	CheckLinks     = "links"
 	CheckDisagg    = "disagg"
+	CheckTokenizer = "tokenizer"
 )
 
 // Report is the outcome of one preflight run. Durations are seconds unless a
@@ -109,12 +110,13 @@ type Check struct {
 	Problems []string `json:"problems"` // one line per FAIL or WARN cause, naming the worker or link
 	Notes    []string `json:"notes"`    // context that is not a problem
 
-	Inventory *Inventory     `json:"inventory,omitempty"`
-	Events    []EventsProbe  `json:"events,omitempty"`
-	Prefix    []PrefixProbe  `json:"prefix,omitempty"`
-	Routing   *RoutingResult `json:"routing,omitempty"`
-	Links     []Link         `json:"links,omitempty"`
-	Disagg    *DisaggResult  `json:"disagg,omitempty"`
+	Inventory *Inventory       `json:"inventory,omitempty"`
+	Events    []EventsProbe    `json:"events,omitempty"`
+	Prefix    []PrefixProbe    `json:"prefix,omitempty"`
+	Routing   *RoutingResult   `json:"routing,omitempty"`
+	Links     []Link           `json:"links,omitempty"`
+	Disagg    *DisaggResult    `json:"disagg,omitempty"`
+	Tokenizer []TokenizerProbe `json:"tokenizer,omitempty"`
 }
 
 // Inventory counts the workers.

@@ -49,6 +49,10 @@ type Worker struct {
 	// PrefillA and PrefillB model prefill time for the predict endpoint:
 	// A·n + B·n² seconds for n uncached tokens.
 	PrefillA, PrefillB float64
+	// Tokenizer is how the worker's POST /tokenize answers: "" the same
+	// ids as the frontend, "differs" one id changed at position 5,
+	// "missing" 404.
+	Tokenizer string
 }
 
 // Link is a prefill→decode link.
@@ -143,6 +147,17 @@ func New(tb testing.TB, cfg Config) *Frontend {
 	mux.HandleFunc("GET /admin/disagg", f.admin(f.disagg))
 	mux.HandleFunc("POST /admin/disagg/predict", f.admin(f.predict))
 	mux.HandleFunc("POST /v1/completions", f.complete)
+	mux.HandleFunc("POST /tokenize", f.tokenize(""))
+	mux.HandleFunc("POST /w/{id}/tokenize", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		x, ok := f.ws[r.PathValue("id")]
+		f.mu.Unlock()
+		if !ok || x.Tokenizer == "missing" {
+			openai.WriteError(w, http.StatusNotFound, openai.TypeNotFound, "", "not found")
+			return
+		}
+		f.tokenize(x.Tokenizer)(w, r)
+	})
 	srv := httptest.NewServer(mux)
 	tb.Cleanup(srv.Close)
 	f.URL = srv.URL
@@ -198,7 +213,7 @@ func (f *Frontend) health(w http.ResponseWriter, _ *http.Request) {
 	ws := []wk{}
 	for _, x := range f.order() {
 		ws = append(ws, wk{ID: x.ID, Role: x.Role, Model: x.Model, BlockSize: x.BlockSize, KVBytes: x.KVBytesPerToken,
-			URL: "http://" + x.ID + ".invalid", Events: ev{State: x.Events, Cause: cause(x.Events)}})
+			URL: f.URL + "/w/" + x.ID, Events: ev{State: x.Events, Cause: cause(x.Events)}})
 		if x.Events != "healthy" {
 			status = "degraded"
 			reasons = append(reasons, x.ID+" events "+x.Events)
@@ -478,4 +493,37 @@ func (f *Frontend) predict(w http.ResponseWriter, r *http.Request) {
 			"local_ttft_s": loc, "remote_ttft_s": rem, "choice": choice, "reason": reason})
 	}
 	openai.WriteJSON(w, map[string]any{"predictions": preds, "link": map[string]any{"bytes_per_sec": l.BytesPerSec, "rtt_ms": l.RTTMs}})
+}
+
+// tokenize serves POST /tokenize with a stand-in tokenizer: one id per
+// byte of the prompt, or of "role: content\n" per message; "differs"
+// changes the id at position 5.
+func (f *Frontend) tokenize(mode string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req openai.TokenizeRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "", err.Error())
+			return
+		}
+		text := ""
+		if req.Prompt != nil {
+			text = *req.Prompt
+		}
+		for _, m := range req.Messages {
+			text += m.Role + ": " + m.Content + "\n"
+		}
+		resp := openai.TokenizeResponse{Tokens: []uint32{}}
+		for i := range len(text) {
+			id := uint32(text[i])
+			if mode == "differs" && i == 5 {
+				id += 1000
+			}
+			resp.Tokens = append(resp.Tokens, id)
+			if req.ReturnTokenStrs {
+				resp.TokenStrs = append(resp.TokenStrs, text[i:i+1])
+			}
+		}
+		resp.Count = len(resp.Tokens)
+		openai.WriteJSON(w, resp)
+	}
 }
