@@ -1,10 +1,17 @@
 package cli
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
 )
 
 func TestNATSLoginOptions(t *testing.T) {
@@ -64,5 +71,44 @@ func TestNATSSecretGenerated(t *testing.T) {
 	}
 	if _, _, err := a.secret(func(k string) string { return map[string]string{envNATSSecret: "short"}[k] }, "", ""); err == nil {
 		t.Errorf("a 5-byte secret was accepted")
+	}
+}
+
+// TestNATSNkeyLogin checks --nats-nkey logs in to a server that knows the
+// user's public nkey, and that the server refuses the same client without it.
+func TestNATSNkeyLogin(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	seedFile := filepath.Join(t.TempDir(), "user.nk")
+	os.WriteFile(seedFile, seed, 0o600)
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	a := natsAuthFlags{nkey: seedFile}
+	opts, err := a.options(func(string) string { return "" }, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nc, err := bus.Connect(ctx, srv.ClientURL(), "nkey user", opts...)
+	if err != nil {
+		t.Fatalf("nkey login: %v", err)
+	}
+	nc.Close()
+	if nc, err := bus.Connect(ctx, srv.ClientURL(), "anonymous"); err == nil {
+		nc.Close()
+		t.Errorf("anonymous client connected to an nkey server")
 	}
 }

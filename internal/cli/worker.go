@@ -2,10 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/switchyard-llm/switchyard/internal/bridge"
+	"github.com/nats-io/nats.go"
+
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
@@ -160,6 +163,11 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 		}
 		nc, err := connectBus(ctx, f.bus.nats, "switchyard-worker-"+cfg.Sim.ID, opts...)
 		if err != nil {
+			if errors.Is(err, nats.ErrAuthorization) {
+				err = fmt.Errorf("%w\n  a frontend's embedded NATS requires each worker's own login: "+
+					"SWITCHYARD_NATS_PASSWORD=$(switchyard nats-password --secret-file SECRET --id %s) switchyard worker --id %s ... "+
+					"(the frontend prints where its secret is)", err, cfg.Sim.ID, cfg.Sim.ID)
+			}
 			fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 			return ExitFail
 		}
