@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/switchyard-llm/switchyard/internal/bridge"
 	"github.com/nats-io/nats.go"
+	"github.com/switchyard-llm/switchyard/internal/bridge"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
