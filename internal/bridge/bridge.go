@@ -195,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("worker", cfg.ID, "engine", cfg.EngineURL)
-	b := &Bridge{cfg: cfg, log: log, mirror: NewMirror(cfg.BlockSize), live: make(chan [][]byte, 8192), restarts: make(chan struct{}, 1), done: make(chan struct{})}
+	b := &Bridge{cfg: cfg, log: log, mirror: NewMirror(cfg.BlockSize), live: make(chan [][]byte, 256), restarts: make(chan struct{}, 1), done: make(chan struct{})}
 	model, maxLen, err := b.discover(ctx)
 	if err != nil {
 		return nil, err
