@@ -144,6 +144,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("PUT /admin/disagg", s.admin(s.handlePutDisagg))
 	s.mux.HandleFunc("POST /admin/disagg/predict", s.admin(s.handlePredict))
 	s.mux.HandleFunc("GET /admin/cluster", s.admin(s.handleCluster))
+	s.mux.HandleFunc("GET /ui", s.handleUI)
 	if cfg.Pprof {
 		// Profiles expose internals and cost CPU: admin only.
 		s.mux.HandleFunc("GET /debug/pprof/", s.admin(pprof.Index))
