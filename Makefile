@@ -5,8 +5,10 @@ GO ?= go
 
 all: build
 
+# -buildvcs=auto stamps the git revision and time for `switchyard version`
+# (this machine class sets GOFLAGS=-buildvcs=false).
 build:
-	$(GO) build -o bin/switchyard ./cmd/switchyard
+	$(GO) build -buildvcs=auto -o bin/switchyard ./cmd/switchyard
 
 vet:
 	$(GO) vet ./...

@@ -328,7 +328,12 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 		if e.Operation() == jetstream.KeyValuePurge {
 			reason = "entry purged (expired or removed by an operator)"
 		}
-		w.log.Warn("worker left the registry", "worker", key, "reason", reason)
+		if e.Operation() == jetstream.KeyValueDelete {
+			// A worker that deregisters is shutting down in order.
+			w.log.Info("worker left the registry", "worker", key, "reason", reason)
+		} else {
+			w.log.Warn("worker left the registry", "worker", key, "reason", reason)
+		}
 		return append(changes, Change{Kind: WorkerRemoved, Worker: old.info, Reason: reason, Deregistered: e.Operation() == jetstream.KeyValueDelete})
 	}
 	if old != nil && bytes.Equal(old.raw, e.Value()) {

@@ -177,7 +177,15 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	if err != nil {
 		return fail(ExitFail, err)
 	}
-	defer fe.Close()
+	// Closed in the workers' cleanup below, before them: it drains client
+	// requests first, and a frontend that is already gone does not report
+	// its own workers leaving.
+	feClosed := false
+	defer func() {
+		if !feClosed {
+			fe.Close()
+		}
+	}()
 
 	role := bus.RoleAggregated
 	if u.prefillWorkers > 0 {
@@ -200,6 +208,8 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	var conns []*nats.Conn
 	var bridges []*bridge.Bridge
 	defer func() {
+		fe.Close()
+		feClosed = true
 		for _, b := range bridges {
 			_ = b.Close()
 		}

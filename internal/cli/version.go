@@ -4,17 +4,53 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"strings"
 )
 
 func init() {
-	register(command{name: "version", summary: "print the build version", run: runVersion})
+	register(command{name: "version", summary: "print the build version: module version, VCS revision and time, Go version", run: runVersion})
 }
 
-func runVersion(_ context.Context, _ []string, env Env) int {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		v = bi.Main.Version
+func runVersion(_ context.Context, args []string, env Env) int {
+	if len(args) > 0 {
+		fmt.Fprintf(env.Stderr, "switchyard version: unexpected argument %q\n", strings.Join(args, " "))
+		return ExitUsage
 	}
-	fmt.Fprintln(env.Stdout, "switchyard", v)
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		fmt.Fprintln(env.Stdout, "switchyard (no build information: built without module support)")
+		return ExitOK
+	}
+	fmt.Fprintln(env.Stdout, versionLine(bi))
 	return ExitOK
+}
+
+// versionLine describes a build: "switchyard v1.2.3 rev 0123abcd4567
+// (2026-12-01T04:21:27Z, modified) go1.26.0". The go command stamps the VCS
+// settings when it builds inside a checkout (go build, make build); go run
+// and builds outside one have none, and say so.
+func versionLine(bi *debug.BuildInfo) string {
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	set := map[string]string{}
+	for _, s := range bi.Settings {
+		set[s.Key] = s.Value
+	}
+	rev := "no VCS revision (built by go run or outside a git checkout; use make build)"
+	if r := set["vcs.revision"]; r != "" {
+		rev = "rev " + r[:min(12, len(r))]
+		var notes []string
+		if t := set["vcs.time"]; t != "" {
+			notes = append(notes, t)
+		}
+		if set["vcs.modified"] == "true" {
+			notes = append(notes, "modified")
+		}
+		if len(notes) > 0 {
+			rev += " (" + strings.Join(notes, ", ") + ")"
+		}
+	}
+	return fmt.Sprintf("switchyard %s %s %s", v, rev, bi.GoVersion)
 }

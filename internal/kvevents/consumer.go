@@ -414,6 +414,9 @@ func (c *Consumer) kickResync() {
 	}
 }
 
+// causeRegistered is the resync every worker starts with when it registers.
+const causeRegistered = "registered; fetching a snapshot"
+
 // setStateLocked changes state and logs the transition, at most once per
 // LogEvery per worker (suppressed transitions are counted in the next line).
 func (c *Consumer) setStateLocked(w *worker, s State, cause string, now time.Time) {
@@ -429,8 +432,8 @@ func (c *Consumer) setStateLocked(w *worker, s State, cause string, now time.Tim
 		return
 	}
 	level := slog.LevelWarn
-	if s == StateHealthy {
-		level = slog.LevelInfo
+	if s == StateHealthy || cause == causeRegistered {
+		level = slog.LevelInfo // a new worker's first snapshot is routine
 	}
 	c.log.Log(context.Background(), level, "kv event health changed", "worker", w.id, "state", s.String(), "cause", cause, "suppressed", w.logSupp)
 	w.logLast, w.logSupp, w.logState = now, 0, s
@@ -646,7 +649,7 @@ func (c *Consumer) SetExpected(workerID string, eventsEnabled bool) {
 	if eventsEnabled && c.cfg.RegisteredOnly && !w.synced && !w.needResync {
 		// Its earlier events were ignored: start from a snapshot.
 		w.lastSeen = now
-		c.startResyncLocked(w, nil, "registered; fetching a snapshot", now)
+		c.startResyncLocked(w, nil, causeRegistered, now)
 	}
 }
 

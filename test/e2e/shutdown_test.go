@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -31,5 +32,13 @@ func TestUpStopsCleanlyOnInterrupt(t *testing.T) {
 	}
 	if _, err := http.Get(url + "/health"); err == nil {
 		t.Errorf("frontend still answers after up exited")
+	}
+	// A normal start and shutdown are not news: no WARN or ERROR line, in
+	// particular not "worker left the registry" for the workers up itself
+	// stops, nor a new worker's first KV snapshot.
+	for _, line := range strings.Split(p.output(), "\n") {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			t.Errorf("a normal run logged %q", line)
+		}
 	}
 }
