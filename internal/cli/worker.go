@@ -7,8 +7,8 @@ import (
 	"os"
 
 	"github.com/nats-io/nats.go"
-	"github.com/switchyard-llm/switchyard/internal/bridge"
 
+	"github.com/switchyard-llm/switchyard/internal/bridge"
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
