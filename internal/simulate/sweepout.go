@@ -59,9 +59,37 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
 	p.Legend.Top, p.Legend.Left = true, true
+	// With a link and a disagg dimension that includes never, plot each
+	// mode's TTFT p50 as a multiple of never's at the same point: below 1
+	// is where disaggregation starts to pay.
+	di := -1
+	for i, d := range dims {
+		if d.Key == "disagg" && indexOf(d.Values, "never") >= 0 {
+			di = i
+		}
+	}
+	relative := isLink && di >= 0
+	base := map[string]float64{}
+	pts := Points(dims)
+	if relative {
+		p.Title.Text = "disaggregation against standalone (disagg never), by link rate"
+		p.Y.Label.Text = "TTFT p50 ÷ TTFT p50 with disagg never (log scale)"
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		for i, pt := range pts {
+			if pt[di] == "never" {
+				if v := reps[i].Runs[0].Aggregate.TTFTP50S; v != nil && *v > 0 {
+					base[otherKey(dims, pt, xi, di)] = *v
+				}
+			}
+		}
+	}
 	series := map[string]plotter.XYs{}
 	var order []string
-	for i, pt := range Points(dims) {
+	for i, pt := range pts {
+		if relative && pt[di] == "never" {
+			continue
+		}
 		var key []string
 		for k, v := range pt {
 			if k != xi {
@@ -83,6 +111,13 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 		y := math.NaN()
 		if v := reps[i].Runs[0].Aggregate.TTFTP50S; v != nil {
 			y = *v
+		}
+		if relative {
+			b, ok := base[otherKey(dims, pt, xi, di)]
+			if !ok {
+				continue
+			}
+			y /= b
 		}
 		if !math.IsNaN(y) {
 			series[name] = append(series[name], plotter.XY{X: x, Y: y})
@@ -107,6 +142,22 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 		}
 		p.Legend.Add(name, l)
 	}
+	if relative && len(pts) > 0 {
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, xys := range series {
+			for _, v := range xys {
+				lo, hi = min(lo, v.X), max(hi, v.X)
+			}
+		}
+		if lo < hi {
+			one, err := plotter.NewLine(plotter.XYs{{X: lo, Y: 1}, {X: hi, Y: 1}})
+			if err == nil {
+				one.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+				p.Add(one)
+				p.Legend.Add("disagg never (standalone) = 1", one)
+			}
+		}
+	}
 	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("simulate: save plot %s: %w", path, err)
 	}
@@ -120,4 +171,15 @@ func indexOf(xs []string, x string) int {
 		}
 	}
 	return -1
+}
+
+// otherKey names a point by every dimension but the x axis and disagg.
+func otherKey(dims []Dim, pt Point, xi, di int) string {
+	var key []string
+	for k, v := range pt {
+		if k != xi && k != di {
+			key = append(key, dims[k].Key+"="+v)
+		}
+	}
+	return strings.Join(key, " ")
 }
