@@ -95,7 +95,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	row("prefill local/remote", func(a *Aggregate) string {
 		return fmt.Sprintf("%d/%d", a.PrefillLocal, a.PrefillRemote)
 	})
-	row("workers used", func(a *Aggregate) string { return countsLine(a.Workers) })
+	row("workers used", func(a *Aggregate) string { return workersUsedLine(a.Workers) })
 	row("error kinds", func(a *Aggregate) string { return countsLine(a.ErrorKinds) })
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("bench: write table: %w", err)
@@ -187,6 +187,14 @@ func workersLine(ws []HealthWorker) string {
 	if len(ws) == 0 {
 		return "workers not reported"
 	}
+	if len(ws) > 12 {
+		roles, states := map[string]int{}, map[string]int{}
+		for _, w := range ws {
+			roles[orDash(w.Role)]++
+			states[orDash(w.Events.State)]++
+		}
+		return fmt.Sprintf("%d workers: roles %s; events %s", len(ws), countsLine(roles), countsLine(states))
+	}
 	parts := make([]string, len(ws))
 	for i, w := range ws {
 		parts[i] = fmt.Sprintf("%s (%s, events %s)", w.ID, orDash(w.Role), orDash(w.Events.State))
@@ -266,4 +274,21 @@ func writeErrorKinds(w io.Writer, r PolicyRun) error {
 		return fmt.Errorf("bench: write table: %w", err)
 	}
 	return nil
+}
+
+// workersUsedLine lists requests per worker, or for more than a dozen
+// workers (a simulated cluster) their count and the spread.
+func workersUsedLine(m map[string]int) string {
+	if len(m) <= 12 {
+		return countsLine(m)
+	}
+	lo, hi, sum := -1, 0, 0
+	for _, n := range m {
+		if lo < 0 || n < lo {
+			lo = n
+		}
+		hi = max(hi, n)
+		sum += n
+	}
+	return fmt.Sprintf("%d workers, %d-%d requests each (mean %.1f)", len(m), lo, hi, float64(sum)/float64(len(m)))
 }

@@ -32,6 +32,10 @@ type Config struct {
 	// ApproxCapacity bounds the approximate index, in block hashes; 0
 	// means 1 Mi (about 100 MB at most, typically far less).
 	ApproxCapacity int
+	// NoApprox keeps no approximate index: for callers whose workers'
+	// events are always healthy (switchyard simulate), where it would
+	// never be read. Unhealthy workers then get no approximate overlap.
+	NoApprox bool
 	// LoadReportTTL is how long a worker's load report corrects the
 	// tracked load; 0 means 1 s (four missed 250 ms reports).
 	LoadReportTTL time.Duration
@@ -49,6 +53,7 @@ type Config struct {
 type Router struct {
 	index     *kvindex.Index
 	tierBlind bool
+	noApprox  bool
 	now       func() time.Time
 	approx    *approx
 	load      *tracker
@@ -82,6 +87,7 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{
 		index:     cfg.Index,
 		tierBlind: cfg.TierBlind,
+		noApprox:  cfg.NoApprox,
 		now:       cfg.Now,
 		approx:    newApprox(cfg.ApproxTTL, cfg.ApproxCapacity),
 		load:      newTracker(cfg.LoadReportTTL, cfg.Now),
@@ -174,7 +180,7 @@ func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if len(req.Hashes) > 0 {
+	if len(req.Hashes) > 0 && !r.noApprox {
 		r.approx.record(d.Worker, req.Hashes, now)
 	}
 	r.m.observe(d, len(req.Hashes))
@@ -288,7 +294,7 @@ func (r *Router) Dropped(worker, requestID string) { r.load.dropped(worker, requ
 // RecordApprox records, in the approximate index, that hashes were sent to
 // worker at at: a decision another frontend replica made.
 func (r *Router) RecordApprox(worker string, hashes []uint64, at time.Time) {
-	if len(hashes) > 0 {
+	if len(hashes) > 0 && !r.noApprox {
 		r.approx.record(worker, hashes, at)
 	}
 }
