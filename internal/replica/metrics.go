@@ -53,5 +53,8 @@ func (m *metrics) register(r prometheus.Registerer) error {
 		m.messages.WithLabelValues(d)
 		m.bytes.WithLabelValues(d)
 	}
+	for _, w := range []string{"approx", "publish", "malformed", "duplicate_id"} {
+		m.dropped.WithLabelValues(w) // a series from the start, so dashboards find it
+	}
 	return nil
 }
