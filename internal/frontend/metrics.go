@@ -27,6 +27,16 @@ const (
 	errKindShed           = "shed"        // refused with 429 by --max-inflight
 )
 
+// Outcomes of switchyard_worker_requests_total: one per attempt on a
+// worker (a retried request counts on each worker it tried).
+const (
+	outcomeOK       = "ok"       // answered 2xx and relayed in full
+	outcomeRejected = "rejected" // the worker answered 4xx (relayed as it is)
+	outcomeError    = "error"    // connect failure, 5xx, a broken or error-ended stream
+	outcomeTimeout  = "timeout"  // header, request or idle timeout
+	outcomeCanceled = "canceled" // the client went away or stopped reading
+)
+
 // metrics are every collector the frontend defines. Router, event and gate
 // metrics belong to their packages and share the registry.
 type metrics struct {
@@ -43,6 +53,9 @@ type metrics struct {
 	connRefused prometheus.Counter
 	shed        *prometheus.CounterVec // scope
 	cancelled   prometheus.Counter
+	// workerRequests is worker, outcome: worker ids come from the
+	// registry, so the label set is as large as the deployment.
+	workerRequests *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -103,12 +116,16 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "switchyard_client_connections_refused_total",
 			Help: "Client connections answered 503 and closed because MaxConnections were open.",
 		}),
+		workerRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchyard_worker_requests_total",
+			Help: "Requests sent to each worker, by outcome: ok, rejected (worker 4xx), error, timeout or canceled. A retried request counts once per worker tried.",
+		}, []string{"worker", "outcome"}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchyard_shed_total",
 			Help: "Requests refused with 429 by load shedding: scope global (--max-inflight) or worker (every candidate at --max-inflight-per-worker).",
 		}, []string{"scope"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed, m.workerRequests} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("frontend: register metrics: %w", err)
 		}

@@ -62,6 +62,10 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<
 // done.
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint, pr *parsedRequest, body []byte, reqID string, rt *route, start time.Time) (forwardResult, error) {
 	wk := rt.target
+	// outcome labels this attempt in switchyard_worker_requests_total;
+	// every failure path below sets it.
+	outcome := outcomeOK
+	defer func() { s.m.workerRequests.WithLabelValues(wk.ID, outcome).Inc() }()
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
 	var idleFired, headerFired atomic.Bool
@@ -97,6 +101,14 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	classify := func(err error, kind string, retry bool) *upstreamError {
 		ue := &upstreamError{worker: wk.ID, kind: kind, retry: retry, err: err}
 		defer func() {
+			switch {
+			case ue.clientGone:
+				outcome = outcomeCanceled
+			case ue.kind == errKindTimeout || ue.kind == errKindUpstreamIdle:
+				outcome = outcomeTimeout
+			default:
+				outcome = outcomeError
+			}
 			switch {
 			case ue.clientGone || ue.kind == errKindWorkerGone:
 			case ue.kind == errKindUpstreamConn:
@@ -187,6 +199,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			// Relayed as it is: the worker judged the request, and its
 			// envelope says why.
 			s.m.errors.WithLabelValues(errKindWorker4xx).Inc()
+			outcome = outcomeRejected
 		}
 		finish()
 		h := w.Header()
@@ -221,6 +234,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	if st.sawError {
 		s.m.errors.WithLabelValues(errKindUpstreamStream).Inc()
+		outcome = outcomeError
 	}
 	if err == nil {
 		return forwardResult{ttft: st.ttft}, nil
@@ -233,11 +247,13 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// The client stopped reading: returning cancels the upstream
 		// request, so the worker stops generating for nobody.
 		s.m.errors.WithLabelValues(errKindClientSlow).Inc()
+		outcome = outcomeCanceled
 		s.log.Warn("client stopped reading its stream; cancelled upstream", "request_id", reqID, "worker", wk.ID, "stall", s.cfg.ClientStallTimeout)
 		return forwardResult{ttft: st.ttft}, nil
 	}
 	if errors.As(err, &we) || ue.clientGone {
 		s.m.errors.WithLabelValues(errKindClientCanceled).Inc()
+		outcome = outcomeCanceled
 		return forwardResult{ttft: st.ttft}, nil
 	}
 	s.m.errors.WithLabelValues(ue.kind).Inc()

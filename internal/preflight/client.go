@@ -227,11 +227,26 @@ func httpError(what string, status int, body []byte) error {
 }
 
 func (c *client) health(ctx context.Context) (Deployment, error) {
-	var h Deployment
+	var h struct {
+		Deployment
+		ID string `json:"id"` // an engine worker names itself; a frontend does not
+	}
 	// 503 means "unavailable" and still carries the body that says why.
 	// With the admin key, so the report also carries worker addresses.
-	err := c.call(ctx, http.MethodGet, "/health", true, nil, &h, http.StatusServiceUnavailable)
-	return h, err
+	if err := c.call(ctx, http.MethodGet, "/health", true, nil, &h, http.StatusServiceUnavailable); err != nil {
+		return Deployment{}, err
+	}
+	if h.Model == "" && h.Policy == "" && h.Workers == nil {
+		// Every frontend reports its model, policy and workers (possibly
+		// none); checking anything else would report "0 workers" and
+		// misleading PASSes.
+		what := "its /health has no model, router policy or worker list"
+		if h.ID != "" {
+			what = fmt.Sprintf("it answers /health as engine worker %q does", h.ID)
+		}
+		return Deployment{}, fmt.Errorf("preflight: %s is not a Switchyard frontend: %s; point --url at the frontend (switchyard up prints its URL: \"Switchyard is ready: http://...\")", c.base, what)
+	}
+	return h.Deployment, nil
 }
 
 func (c *client) events(ctx context.Context) (eventsWire, error) {

@@ -5,10 +5,13 @@ import (
 	"context"
 	"math"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/internal/engine/sim"
 	"github.com/switchyard-llm/switchyard/internal/preflight/preflighttest"
 )
 
@@ -440,6 +443,31 @@ func TestThousands(t *testing.T) {
 	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 131072: "131,072", -4500: "-4,500"} {
 		if got := thousands(n); got != want {
 			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestWorkerURLIsNotAFrontend: preflight pointed at an engine worker (or
+// anything else that answers /health) says so instead of checking "0
+// workers" and printing PASSes next to a FAIL.
+func TestWorkerURLIsNotAFrontend(t *testing.T) {
+	w, err := sim.NewWorker(sim.Config{ID: "worker-1", KVBlocks: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := httptest.NewServer(w.Handler())
+	t.Cleanup(worker.Close)
+	other := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		_, _ = rw.Write([]byte(`{"status":"ok"}`))
+	}))
+	t.Cleanup(other.Close)
+	for url, want := range map[string]string{
+		worker.URL: `is not a Switchyard frontend: it answers /health as engine worker "worker-1" does; point --url at the frontend`,
+		other.URL:  "is not a Switchyard frontend: its /health has no model, router policy or worker list",
+	} {
+		rep, err := Run(context.Background(), testConfig(url), nil)
+		if err == nil || !strings.Contains(err.Error(), want) || rep != nil {
+			t.Errorf("%s: report %v, err %v; want no report and %q", url, rep, err, want)
 		}
 	}
 }
