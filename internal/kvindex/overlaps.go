@@ -197,7 +197,15 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 // intervened; the caller then takes the general path. (Measured on
 // BenchmarkLookup10M/four-holders on the shared box: see the README.)
 func (x *Index) pairAt(l *line, k uint64, s *shard, s1, head uint64, alive []WorkerID, next *[]WorkerID, out *Overlaps, names []string, i int) bool {
-	cont, ok := l.scan(contKey(k, 1, x.topMask))
+	ck := contKey(k, 1, x.topMask)
+	cont, ok := l.scan(ck)
+	if !ok {
+		// The home line is full: the continuation is most likely in the
+		// next one (one more miss, but no probe loop).
+		t := s.tab.Load()
+		i := (t.home(k) + slotsPerLine) & t.mask
+		cont, ok = (*line)(t.slots[i : i+slotsPerLine]).scan(ck)
+	}
 	if !ok || cont == 0 || s.seq.Load() != s1 {
 		return false
 	}
