@@ -19,6 +19,8 @@
 //	POST /admin/links/probe                             measure one link (Deps.Prober)
 //	GET  /admin/disagg, PUT /admin/disagg               disaggregation mode and gate settings
 //	POST /admin/disagg/predict                          the gate's prediction for prompt lengths
+//	GET  /admin/cluster                                 the bus connection and the frontend replicas sharing state (Deps.Cluster)
+//	GET  /ui                                            the dashboard (admin; 401 with its key prompt otherwise)
 //
 // GET /admin/links answers {"links": [{"from", "to", "bytes_per_sec",
 // "rtt_ms", "measured", "samples", "emulated"}]}, one entry per registered

@@ -233,3 +233,42 @@ func TestApproxCoalescedAndBounded(t *testing.T) {
 }
 
 func counter(c prometheus.Collector) float64 { return testutil.ToFloat64(c) }
+
+// BenchmarkApprox is the cost a routing decision pays to share its
+// approximate-index record: a 100-block prompt whose prefix was shared
+// recently (the common case, coalesced) and a new one.
+func BenchmarkApprox(b *testing.B) {
+	srv := bustest.Server(b, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	s, err := New(Config{NC: bustest.Connect(b, srv.ClientURL()), Apply: newFake()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hashes := make([]uint64, 100)
+	for i := range hashes {
+		hashes[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	now := time.Now()
+	b.Run("repeated-prefix", func(b *testing.B) {
+		s.Approx("w1", hashes, now)
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Approx("w1", hashes, now)
+		}
+	})
+	b.Run("new-prefix", func(b *testing.B) {
+		b.ReportAllocs()
+		n := uint64(0)
+		for b.Loop() {
+			n++
+			for i := range hashes {
+				hashes[i] = n<<32 | uint64(i)
+			}
+			s.Approx("w1", hashes, now)
+			if len(s.pendApprox) > 16384 {
+				s.mu.Lock()
+				clear(s.pendApprox) // as a flush would
+				s.mu.Unlock()
+			}
+		}
+	})
+}

@@ -133,6 +133,29 @@ func TestFrontendReplicas(t *testing.T) {
 		return len(c.Replicas.Peers) == 1 && c.Replicas.Peers[0].ID == "fe-2"
 	})
 
+	// Settings changed through one replica's /admin reach the other within
+	// 2 s, and not a replica that does not share.
+	for _, c := range []struct{ from, to, path, field, value string }{
+		{fe1, fe2, "/admin/router", "policy", "least-loaded"},
+		{fe2, fe1, "/admin/router", "policy", "kv"},
+		{fe2, fe1, "/admin/disagg", "mode", "never"},
+		{fe1, fe2, "/admin/disagg", "mode", "auto"},
+	} {
+		putJSON(t, c.from+c.path, fmt.Sprintf(`{%q: %q}`, c.field, c.value))
+		changed := time.Now()
+		eventually(t, 2*time.Second, c.path+" "+c.value+" reaches the other replica", func() bool {
+			var got map[string]any
+			getJSON(t, c.to+c.path, &got)
+			return got[c.field] == c.value
+		})
+		t.Logf("%s %s=%s on one replica reached the other in %v", c.path, c.field, c.value, time.Since(changed).Round(time.Millisecond))
+	}
+	var r3 struct{ Policy string }
+	getJSON(t, fe3+"/admin/router", &r3)
+	if r3.Policy != "kv" {
+		t.Errorf("a replica with --share-state=false took policy %q from its peers", r3.Policy)
+	}
+
 	// 32 prefixes of 40 blocks over 4 × 600 blocks: they fit once, not
 	// twice. Each run uses its own prefixes (seed) and cold caches.
 	load := []string{"--requests", "320", "--prefixes", "32", "--prefix-tokens", "640", "--suffix-tokens", "16",
@@ -265,4 +288,23 @@ func median(v []float64) float64 {
 	c := slices.Clone(v)
 	slices.Sort(c)
 	return c[len(c)/2]
+}
+
+// putJSON PUTs body to url and fails the test unless it answers 200.
+func putJSON(t *testing.T, url, body string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("PUT %s %s: HTTP %d %s", url, body, resp.StatusCode, b)
+	}
 }
