@@ -9,9 +9,10 @@ import (
 	"net/http"
 )
 
-// prefillParams are the kv_transfer_params of a prefill request, as vLLM's
-// P/D proxy sends them.
-var prefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false}`)
+// prefillParams are the kv_transfer_params of a prefill request, exactly as
+// vLLM's NixlConnector proxy sends them: a real prefill engine expects the
+// remote_* keys present and null.
+var prefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
 // remotePrefill runs the prefill step on p: the original request with
 // kv_transfer_params asking for remote decode, stream off and one output
@@ -22,7 +23,7 @@ func (s *Server) remotePrefill(ctx context.Context, ep endpoint, pr *parsedReque
 		"kv_transfer_params":    prefillParams,
 		"stream":                json.RawMessage("false"),
 		"max_tokens":            json.RawMessage("1"),
-		"max_completion_tokens": nil,
+		"max_completion_tokens": json.RawMessage("1"),
 		"stream_options":        nil,
 		// One prefill serves every choice the decode worker samples, and
 		// min_tokens above the prefill's one token would be refused.

@@ -52,11 +52,14 @@ func TestDisaggRemotePrefill(t *testing.T) {
 		t.Fatalf("prefill worker got %d requests, want 1", len(pb))
 	}
 	pf := decodeFields(t, pb[0])
-	wantKV := map[string]any{"do_remote_decode": true, "do_remote_prefill": false}
-	if !reflect.DeepEqual(pf["kv_transfer_params"], wantKV) || pf["stream"] != false || pf["max_tokens"] != 1.0 {
+	// vLLM's NixlConnector proxy: the remote_* keys present and null,
+	// max_tokens and max_completion_tokens both 1.
+	wantKV := map[string]any{"do_remote_decode": true, "do_remote_prefill": false,
+		"remote_engine_id": nil, "remote_block_ids": nil, "remote_host": nil, "remote_port": nil}
+	if !reflect.DeepEqual(pf["kv_transfer_params"], wantKV) || pf["stream"] != false || pf["max_tokens"] != 1.0 || pf["max_completion_tokens"] != 1.0 {
 		t.Errorf("prefill body = %v", pf)
 	}
-	for _, k := range []string{"stream_options", "max_completion_tokens"} {
+	for _, k := range []string{"stream_options", "min_tokens"} {
 		if _, ok := pf[k]; ok {
 			t.Errorf("prefill body keeps %s", k)
 		}
