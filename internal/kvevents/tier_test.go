@@ -50,6 +50,11 @@ func TestTiersFlow(t *testing.T) {
 				o.Hits[0].Tiers == kvindex.TierCounts{2, 1, 1} && h.UnknownMedia == unknown
 		})
 	}
+	// The consumer takes its first snapshot when it first sees the worker.
+	// Wait for that, so that the steps below reach it as events: a snapshot
+	// taken after them would carry the unknown medium already mapped to the
+	// disk tier, and the count this test checks would never move.
+	eventually(t, 10*time.Second, "the worker healthy before any step", func() bool { return c.Health("w1") == StateHealthy })
 	step([]Event{{Kind: Stored, Parent: 100, Hashes: chain[:3]}}, map[Tier][]uint64{TierGPU: chain[:3]})
 	step([]Event{
 		{Kind: Removed, Medium: TierGPU, Hashes: chain[2:3]},
