@@ -66,6 +66,10 @@ type Config struct {
 	NC          *nats.Conn
 	Subjects    bus.Subjects
 	RegistryTTL time.Duration
+	// RegistryNoCreate: open the registry bucket, never create it (see
+	// bus.RegistryConfig.NoCreate); set when the bridge logs in as its
+	// worker on a server that holds workers to their permissions.
+	RegistryNoCreate bool
 
 	RebuildHold   time.Duration // 0: DefaultRebuildHold
 	ReplayTimeout time.Duration // 0: DefaultReplayTimeout
@@ -260,7 +264,7 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 			return nil
 		})
 	}
-	regy, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log})
+	regy, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate})
 	if err == nil {
 		var g *bus.Registration
 		if g, err = regy.Register(runCtx, b.info); err == nil {

@@ -43,10 +43,10 @@ func WorkerInboxPrefix(id string) string { return "_INBOX_" + id }
 
 // WorkerPermissions is what worker id may do in subj's deployment: publish
 // its own KV events, load and transfer reports and registry key; answer
-// snapshot requests sent to it; read the registry (a decode worker vets
-// kvxfer addresses against it) through JetStream consumers delivered to its
-// own inboxes. It may not publish for another worker, delete or purge the
-// registry, or read other workers' events.
+// snapshot requests sent to it; read registry entries one at a time (a
+// decode worker vets kvxfer addresses against them), with replies to its own
+// inboxes. It may not publish for another worker, create, delete or purge
+// the registry, create consumers, or read other workers' events.
 func WorkerPermissions(subj Subjects, id string) *server.Permissions {
 	bucket := subj.WorkersBucket()
 	stream := "KV_" + bucket
@@ -56,15 +56,13 @@ func WorkerPermissions(subj Subjects, id string) *server.Permissions {
 			"$KV." + bucket + "." + id,
 			"$JS.API.INFO",
 			"$JS.API.STREAM.INFO." + stream,
-			// Creating the bucket is idempotent for the same config, and
-			// lets a worker that starts first, or re-registers after a NATS
-			// restart, find it.
-			"$JS.API.STREAM.CREATE." + stream,
-			"$JS.API.CONSUMER.CREATE." + stream,
-			"$JS.API.CONSUMER.CREATE." + stream + ".>",
-			"$JS.API.CONSUMER.INFO." + stream + ".>",
-			"$JS.API.CONSUMER.DELETE." + stream + ".>",
-			"$JS.FC." + stream + ".>",
+			// Reading one entry (a decode worker vets a kvxfer address).
+			"$JS.API.DIRECT.GET." + stream + ".>",
+			"$JS.API.STREAM.MSG.GET." + stream,
+			// No stream creation and no consumers: a consumer's deliver
+			// subject, or a stream's republish, is published by the server
+			// itself, so either would let a worker put its own registry
+			// value onto another worker's load or event subject.
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			subj.Snapshot(id),

@@ -110,7 +110,7 @@ func TestWorkerPermissions(t *testing.T) {
 	front.Flush()
 
 	w1 := connectWorker(t, e.ClientURL(), "w1")
-	reg, err := OpenRegistry(ctx, RegistryConfig{NC: w1, Subjects: subj, TTL: 3 * time.Second})
+	reg, err := OpenRegistry(ctx, RegistryConfig{NC: w1, Subjects: subj, TTL: 3 * time.Second, NoCreate: true})
 	if err != nil {
 		t.Fatalf("worker opens the registry: %v", err)
 	}
@@ -121,13 +121,23 @@ func TestWorkerPermissions(t *testing.T) {
 	defer g.Close()
 	eventually(t, 5*time.Second, "w1 registered", func() bool { _, ok := watch.Worker("w1"); return ok })
 
-	// Its own view of the registry (a decode worker vets kvxfer addresses).
-	wv, err := reg.WatchWorkers(ctx, WatchConfig{})
-	if err != nil {
-		t.Fatalf("worker watches the registry: %v", err)
+	// It reads entries (a decode worker vets kvxfer addresses).
+	if got, ok, err := reg.Get(ctx, "w1"); err != nil || !ok || got.HTTPURL != testWorker("w1").HTTPURL {
+		t.Errorf("worker reads w1's entry: %+v %v %v", got, ok, err)
 	}
-	defer wv.Close()
-	eventually(t, 5*time.Second, "w1 sees itself", func() bool { _, ok := wv.Worker("w1"); return ok })
+	if _, ok, err := reg.Get(ctx, "w9"); err != nil || ok {
+		t.Errorf("worker reads a missing entry: ok %v err %v", ok, err)
+	}
+	// It may not create streams or consumers: the server publishes a
+	// consumer's deliveries and a stream's republish itself, which would
+	// carry a worker's own registry value onto another worker's subjects.
+	stream := "KV_" + subj.WorkersBucket()
+	for _, s := range []string{"$JS.API.CONSUMER.CREATE." + stream, "$JS.API.CONSUMER.CREATE." + stream + ".c1.>",
+		"$JS.API.STREAM.CREATE.evil", "$JS.API.STREAM.CREATE." + stream, "$JS.API.STREAM.PURGE." + stream, "$JS.API.STREAM.DELETE." + stream} {
+		if m, err := w1.Request(s, []byte(`{"config":{"deliver_subject":"sy.t.load.w2"}}`), 500*time.Millisecond); err == nil {
+			t.Errorf("w1 got an answer to %s: %s", s, m.Data)
+		}
+	}
 
 	// Snapshot request/reply.
 	ssub, err := w1.Subscribe(subj.Snapshot("w1"), func(m *nats.Msg) { m.Respond([]byte("snap")) })

@@ -37,7 +37,17 @@ type RegistryConfig struct {
 	// Replicas of the bucket in a JetStream cluster; 0 means 1.
 	Replicas int
 	Logger   *slog.Logger
+	// NoCreate opens the bucket only, never creating it, waiting up to
+	// BucketWait for it to appear. Workers set it: creating a stream is a
+	// frontend's right (a stream created by a worker could republish what
+	// it writes onto other workers' subjects), and WorkerPermissions do not
+	// grant it.
+	NoCreate bool
 }
+
+// BucketWait is how long a NoCreate registry waits for the frontend to
+// create the bucket, at start and after a NATS restart lost it.
+var BucketWait = 30 * time.Second
 
 // Registry is the worker registry: a JetStream key-value bucket, one key per
 // worker ID, whose entries expire TTL after their last refresh. It is safe
@@ -48,11 +58,12 @@ type RegistryConfig struct {
 // Registration on its next refresh or on reconnect, a Watcher when it
 // re-establishes its watch.
 type Registry struct {
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	kvCfg jetstream.KeyValueConfig
-	ttl   time.Duration
-	log   *slog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	kvCfg    jetstream.KeyValueConfig
+	noCreate bool
+	ttl      time.Duration
+	log      *slog.Logger
 
 	mu sync.Mutex // guards kv
 	kv jetstream.KeyValue
@@ -94,8 +105,23 @@ func OpenRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 		// removal prompt instead of waiting for the staleness sweep.
 		LimitMarkerTTL: ttl,
 	}
-	r := &Registry{nc: cfg.NC, js: js, kvCfg: kvCfg, ttl: ttl, log: log}
+	r := &Registry{nc: cfg.NC, js: js, kvCfg: kvCfg, ttl: ttl, log: log, noCreate: cfg.NoCreate}
 	kv, err := r.ensure(ctx)
+	if cfg.NoCreate {
+		// The frontend creates the bucket; a worker started first waits.
+		deadline := time.Now().Add(BucketWait)
+		for err != nil && bucketGone(err) && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+			case <-time.After(250 * time.Millisecond):
+			}
+			kv, err = r.ensure(ctx)
+		}
+		if err != nil && bucketGone(err) {
+			return nil, fmt.Errorf("%w: the frontend creates it; start the frontend, on the same --namespace, first", err)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +141,16 @@ func OpenRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 // call it at once.
 func (r *Registry) ensure(ctx context.Context) (jetstream.KeyValue, error) {
 	cfg := r.kvCfg
+	if r.noCreate {
+		kv, err := r.js.KeyValue(ctx, cfg.Bucket)
+		if err != nil {
+			return nil, fmt.Errorf("bus: open registry bucket %s: %w", cfg.Bucket, err)
+		}
+		r.mu.Lock()
+		r.kv = kv
+		r.mu.Unlock()
+		return kv, nil
+	}
 	kv, err := r.js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
 		cfg.LimitMarkerTTL = 0
@@ -163,6 +199,34 @@ func (r *Registry) put(ctx context.Context, key string, val []byte) error {
 
 // TTL is the entry lifetime in force for the bucket.
 func (r *Registry) TTL() time.Duration { return r.ttl }
+
+// Get reads worker id's entry; ok is false when there is none (never
+// registered, deleted or expired). It is one request to the server, so its
+// answer is current, unlike a watcher's view.
+func (r *Registry) Get(ctx context.Context, id string) (info WorkerInfo, ok bool, err error) {
+	if err := ValidateName("worker id", id); err != nil {
+		return info, false, err
+	}
+	e, err := r.bucket().Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return info, false, nil
+	}
+	if err != nil {
+		return info, false, fmt.Errorf("bus: registry get %s: %w", id, err)
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		return info, false, nil
+	}
+	if err := json.Unmarshal(e.Value(), &info); err != nil || info.ID != id {
+		return WorkerInfo{}, false, nil // a refused entry is no entry
+	}
+	// An entry older than the TTL belongs to a worker that stopped
+	// refreshing; the server's expiry may lag.
+	if time.Since(e.Created()) > r.ttl {
+		return WorkerInfo{}, false, nil
+	}
+	return info, true, nil
+}
 
 // Registration keeps one worker's entry alive. Close deletes it.
 type Registration struct {

@@ -535,7 +535,7 @@ func (f *Frontend) probe(ctx context.Context, p, d bus.WorkerInfo, nbytes int64)
 	}
 	f.probeMu.Lock()
 	defer f.probeMu.Unlock()
-	body, _ := json.Marshal(ProbeRequest{Addr: p.KVXferAddr, Bytes: nbytes})
+	body, _ := json.Marshal(ProbeRequest{EngineID: p.ID, Addr: p.KVXferAddr, Bytes: nbytes})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.HTTPURL+"/kvxfer/probe", bytesReader(body))
 	if err != nil {
 		return out, err

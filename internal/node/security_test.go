@@ -68,8 +68,6 @@ func post(t *testing.T, url, body string, hdr ...string) (int, string) {
 // of a registered prefill worker, and still answer the request (prefill
 // recomputed locally).
 func TestDecodeWorkerDialsOnlyRegisteredPrefill(t *testing.T) {
-	defer func(d time.Duration) { peerWait = d }(peerWait)
-	peerWait = 200 * time.Millisecond // each refusal waits this long for the registry
 	ctx := context.Background()
 	nc := bustest.Connect(t, bustest.Server(t, bus.EmbeddedConfig{Port: -1}).ClientURL())
 	subj, _ := bus.NewSubjects("test")
@@ -93,7 +91,7 @@ func TestDecodeWorkerDialsOnlyRegisteredPrefill(t *testing.T) {
 	if code, b := post(t, dec.URL()+"/v1/completions", body); code != 200 {
 		t.Errorf("request with a foreign remote_host: status %d, want 200 (prefill recomputed locally): %s", code, b)
 	}
-	code, b := post(t, dec.URL()+"/kvxfer/probe", fmt.Sprintf(`{"addr":%q,"bytes":1048576}`, tr.ln.Addr().String()), "Authorization", "Bearer wk")
+	code, b := post(t, dec.URL()+"/kvxfer/probe", fmt.Sprintf(`{"engine_id":"p1","addr":%q,"bytes":1048576}`, tr.ln.Addr().String()), "Authorization", "Bearer wk")
 	if code != http.StatusForbidden || !strings.Contains(b, "registered prefill worker") {
 		t.Errorf("probe of a foreign address: status %d %s, want 403 naming the registry", code, b)
 	}
@@ -102,15 +100,17 @@ func TestDecodeWorkerDialsOnlyRegisteredPrefill(t *testing.T) {
 	}
 
 	// The registered prefill worker's address is allowed, and probed for real.
-	code, b = post(t, dec.URL()+"/kvxfer/probe", fmt.Sprintf(`{"addr":%q,"bytes":1048576}`, pre.Info().KVXferAddr), "Authorization", "bearer wk")
+	code, b = post(t, dec.URL()+"/kvxfer/probe", fmt.Sprintf(`{"engine_id":"p1","addr":%q,"bytes":1048576}`, pre.Info().KVXferAddr), "Authorization", "bearer wk")
 	if code != 200 || !strings.Contains(b, `"bytes_per_sec"`) {
 		t.Errorf("probe of the registered prefill worker: status %d %s", code, b)
 	}
-	// A registered address under another engine id is refused too.
-	body = fmt.Sprintf(`{"prompt":%q,"max_tokens":2,"kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"p9","remote_host":%q,"remote_port":%d,"lease":"00112233445566778899aabbccddeeff"}}`,
-		prompt(200, 2), "127.0.0.1", 1)
-	if code, b := post(t, dec.URL()+"/v1/completions", body); code != 200 {
-		t.Errorf("request naming an unknown engine: status %d: %s", code, b)
+	// The registered address under another id, or a registered worker
+	// that is not a prefill worker, is refused too.
+	for _, engine := range []string{"p9", "d1"} {
+		code, b = post(t, dec.URL()+"/kvxfer/probe", fmt.Sprintf(`{"engine_id":%q,"addr":%q,"bytes":1048576}`, engine, pre.Info().KVXferAddr), "Authorization", "Bearer wk")
+		if code != http.StatusForbidden {
+			t.Errorf("probe of p1's address as %s: status %d %s, want 403", engine, code, b)
+		}
 	}
 }
 

@@ -37,7 +37,11 @@ type WorkerConfig struct {
 	NC          *nats.Conn
 	Subjects    bus.Subjects
 	RegistryTTL time.Duration // 0: the bus default
-	KVEventsOff bool          // register with KV events disabled and publish none
+	// RegistryNoCreate: open the registry bucket, never create it (see
+	// bus.RegistryConfig.NoCreate). Set it when the worker logs in to a
+	// server that holds workers to their permissions, which deny it.
+	RegistryNoCreate bool
+	KVEventsOff      bool // register with KV events disabled and publish none
 	// EngineWire, if set, makes the simulator publish its KV events on ZMQ
 	// as vLLM does (for a bridge) instead of on NATS; with NC nil it then
 	// runs as a stand-alone engine.
@@ -70,9 +74,9 @@ type Worker struct {
 	wire  *vllmpub.Publisher // the simulator speaking vLLM's ZMQ wire, or nil
 	regMu sync.Mutex         // guards reg: a failing goroutine may stop the worker while it registers
 	reg   *bus.Registration
-	// peers is the registry view a decode worker vets KV transfer
+	// peers is the registry a decode worker vets KV transfer
 	// addresses against; nil until registered, and always nil standalone.
-	peers  atomic.Pointer[bus.Watcher]
+	peers  atomic.Pointer[bus.Registry]
 	url    string
 	info   bus.WorkerInfo
 	cancel context.CancelFunc
@@ -208,14 +212,11 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		w.goRun("load reports", func() error {
 			return bus.RunLoadReporter(runCtx, cfg.NC, cfg.Subjects, 250*time.Millisecond, w.loadReport, log)
 		})
-		reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log})
+		reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate})
 		if err == nil && simCfg.Role == bus.RoleDecode {
 			// The registry is the only source of addresses a decode
 			// worker may dial for KV transfers and probes.
-			var peers *bus.Watcher
-			if peers, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Logger: slog.New(slog.DiscardHandler)}); err == nil {
-				w.peers.Store(peers)
-			}
+			w.peers.Store(reg)
 		}
 		if err == nil {
 			var g *bus.Registration
@@ -284,8 +285,11 @@ func (w *Worker) reportTransfer(t kvxfer.Transfer) {
 // ProbeRequest asks a worker to measure the link from a KV transfer server
 // to itself.
 type ProbeRequest struct {
-	Addr  string `json:"addr"`
-	Bytes int64  `json:"bytes"`
+	// EngineID is the prefill worker whose kvxfer server is at Addr; the
+	// decode worker checks the pair against the registry before dialling.
+	EngineID string `json:"engine_id"`
+	Addr     string `json:"addr"`
+	Bytes    int64  `json:"bytes"`
 }
 
 // ProbeResponse is the measured link.
@@ -323,50 +327,41 @@ func workerAuthorized(r *http.Request, key string) bool {
 	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(key)) == 1
 }
 
-// peerWait bounds how long allowKVXfer waits for the registry view to show
-// a prefill worker the frontend already knows: a registry update reaches
-// every watcher within milliseconds on one NATS server.
-var peerWait = 2 * time.Second
-
 // allowKVXfer admits a KV transfer address only when it is the registered
-// kvxfer address of a prefill worker (and, when engineID is given, of that
-// worker): a request's remote_host/remote_port, or a probe's addr, must not
-// make this worker dial anything else.
+// kvxfer address of prefill worker engineID, as the registry says now: a
+// request's remote_host/remote_port, or a probe's addr, must not make this
+// worker dial anything else.
 func (w *Worker) allowKVXfer(engineID, addr string) error {
-	peers := w.peers.Load()
-	if peers == nil {
+	reg := w.peers.Load()
+	if reg == nil {
 		return fmt.Errorf("node: worker %s is not registered on the bus, so it knows no prefill worker it may pull from; refusing to dial %s", w.cfg.Sim.ID, addr)
 	}
-	// The frontend learns of a new prefill worker from the same registry,
-	// and may probe or use it a moment before this worker's view has it:
-	// give the view up to peerWait to catch up before refusing.
-	deadline := time.Now().Add(peerWait)
-	for {
-		for _, p := range peers.Workers() {
-			if p.Role == bus.RolePrefill && p.KVXferAddr == addr && (engineID == "" || engineID == p.ID) {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(25 * time.Millisecond)
+	if engineID == "" {
+		return fmt.Errorf("node: no remote_engine_id (or probe engine_id) names the prefill worker at %s; refusing to dial it", addr)
 	}
-	if engineID != "" {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p, ok, err := reg.Get(ctx, engineID)
+	switch {
+	case err != nil:
+		return fmt.Errorf("node: cannot check %s against the registry, so refusing to dial it: %w", addr, err)
+	case !ok:
+		return fmt.Errorf("node: %q is not a registered worker; refusing to dial %s", engineID, addr)
+	case p.Role != bus.RolePrefill || p.KVXferAddr != addr:
 		return fmt.Errorf("node: %s is not the kvxfer address of registered prefill worker %q; refusing to dial it", addr, engineID)
 	}
-	return fmt.Errorf("node: %s is not the kvxfer address of any registered prefill worker; refusing to dial it", addr)
+	return nil
 }
 
 // serveProbe runs a kvxfer probe against another worker's transfer server:
 // the bytes travel the real path a KV pull to this worker would take.
 func (w *Worker) serveProbe(rw http.ResponseWriter, r *http.Request) {
 	var req ProbeRequest
-	if err := json.NewDecoder(http.MaxBytesReader(rw, r.Body, 4096)).Decode(&req); err != nil || req.Addr == "" || req.Bytes <= 0 {
-		http.Error(rw, `{"error":{"message":"want {\"addr\": host:port, \"bytes\": n > 0}","type":"invalid_request_error","code":400}}`, http.StatusBadRequest)
+	if err := json.NewDecoder(http.MaxBytesReader(rw, r.Body, 4096)).Decode(&req); err != nil || req.Addr == "" || req.Bytes <= 0 || req.EngineID == "" {
+		http.Error(rw, `{"error":{"message":"want {\"engine_id\": prefill worker id, \"addr\": its kvxfer host:port, \"bytes\": n > 0}","type":"invalid_request_error","code":400}}`, http.StatusBadRequest)
 		return
 	}
-	if err := w.allowKVXfer("", req.Addr); err != nil {
+	if err := w.allowKVXfer(req.EngineID, req.Addr); err != nil {
 		openai.WriteError(rw, http.StatusForbidden, openai.TypeInvalidRequest, "addr", err.Error())
 		return
 	}
@@ -423,9 +418,6 @@ func (w *Worker) stop() {
 			_ = g.Close() // deregister first, so no new requests arrive
 		}
 		w.cancel() // the engine stops, ending streaming handlers
-		if p := w.peers.Load(); p != nil {
-			_ = p.Close()
-		}
 		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = w.srv.Shutdown(shut)
 		cancel()

@@ -148,7 +148,7 @@ func TestFakeWorkerRegistration(t *testing.T) {
 	}
 	defer nc.Close()
 	subj, _ := bus.NewSubjects("default")
-	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj})
+	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj, NoCreate: true})
 	if err != nil {
 		t.Fatalf("w1 opens the registry: %v", err)
 	}
@@ -292,7 +292,7 @@ func TestExternalNATSCredentials(t *testing.T) {
 	}
 	defer nc.Close()
 	subj, _ := bus.NewSubjects("default")
-	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj})
+	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj, NoCreate: true})
 	if err != nil {
 		t.Fatalf("w2 opens the registry: %v", err)
 	}
