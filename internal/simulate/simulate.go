@@ -269,7 +269,19 @@ func Run(ctx context.Context, cfg Config) (*bench.Report, error) {
 func newSimulator(cfg Config) (*simulator, error) {
 	s := &simulator{cfg: cfg, S: cfg.Speedup, epoch: time.Unix(1e9, 0), byID: map[string]*worker{},
 		pb: bench.NewPromptBuilder(cfg.Seed)}
-	s.index = kvindex.New(kvindex.Config{Shards: 1})
+	// Size the index for every worker's cache full of distinct blocks, so
+	// it never doubles mid-run (a doubling copies a shard; at 1,000 workers
+	// they took 7% of the run).
+	var blocks int
+	{
+		e := cfg.Engine
+		e.ID, e.Role = "size", bus.RoleAggregated
+		if c, err := sim.NewCore(e, false); err == nil {
+			blocks = c.TotalBlocks() * (cfg.Workers + cfg.PrefillWorkers)
+		}
+	}
+	const shards = 64
+	s.index = kvindex.New(kvindex.Config{Shards: shards, InitialSlots: blocks / shards * 4 / 3})
 	var err error
 	// Every simulated worker's events are healthy, so the router never
 	// consults its approximate index: recording it took 45% of a run's CPU
