@@ -123,9 +123,12 @@ func DecodeBatch(data []byte, b *Batch) error {
 		e.Hashes = d.uints(e.Hashes[:0])
 		e.Medium = TierGPU
 		if f == 4 {
-			var ok bool
-			if e.Medium, ok = parseMediumBytes(d.strBytes()); !ok {
-				b.UnknownMedia++
+			// Cleared drops every tier: a medium on it means nothing.
+			if t, ok := parseMediumBytes(d.strBytes()); k != uint64(Cleared) {
+				e.Medium = t
+				if !ok {
+					b.UnknownMedia++
+				}
 			}
 		}
 		if d.err != nil {
