@@ -51,8 +51,8 @@ type Config struct {
 	// MaxConnections bounds open client connections (see Server.Listener).
 	// Default 4096.
 	MaxConnections int
-	// MaxInflight bounds completion requests served at once; one beyond it
-	// gets 429 with Retry-After. MaxInflightPerWorker bounds the requests
+	// MaxInflight bounds completion requests served at once, counted from
+	// when the body has been read; one beyond it gets 429 with Retry-After. MaxInflightPerWorker bounds the requests
 	// this frontend has open on one worker: a full worker is not a
 	// candidate, and when every candidate is full the request gets 429.
 	// Zero means no bound. The per-worker bound is checked before the

@@ -76,14 +76,6 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
 			return
 		}
-		if max := s.cfg.MaxInflight; max > 0 {
-			if s.active.Add(1) > int64(max) {
-				s.active.Add(-1)
-				s.shed(w, "global", fmt.Sprintf("frontend: %d requests in flight, the --max-inflight limit; retry after the Retry-After delay", max))
-				return
-			}
-			defer s.active.Add(-1)
-		}
 		pin := r.Header.Get(HeaderPinWorker)
 		if pin != "" && !s.adminAuthorized(r) {
 			s.fail(w, &apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
@@ -94,6 +86,16 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 		if aerr != nil {
 			s.fail(w, aerr)
 			return
+		}
+		// Counted once the body is in: a client trickling its body must not
+		// hold a slot (ClientReadTimeout bounds it instead).
+		if max := s.cfg.MaxInflight; max > 0 {
+			if s.active.Add(1) > int64(max) {
+				s.active.Add(-1)
+				s.shed(w, "global", fmt.Sprintf("frontend: %d requests in flight, the --max-inflight limit; retry after the Retry-After delay", max))
+				return
+			}
+			defer s.active.Add(-1)
 		}
 		reqID := w.Header().Get(headerRequestID) // set by Handler before any route runs
 		if r.Header.Get(headerRequestID) == reqID {

@@ -22,7 +22,8 @@ func TestHostileClients(t *testing.T) {
 	t.Parallel()
 	ns := startNATS(t)
 	c := startCluster(t, ns.URL(), 1,
-		[]string{"--client-header-timeout", "1s", "--client-read-timeout", "1s", "--client-idle-timeout", "2s", "--client-stall-timeout", "1s"},
+		[]string{"--client-header-timeout", "1s", "--client-read-timeout", "1s", "--client-idle-timeout", "2s", "--client-stall-timeout", "1s",
+			"--max-inflight", "8"},
 		[]string{"--speedup", "5"})
 	addr := strings.TrimPrefix(c.url, "http://")
 	const flood = 100
@@ -57,7 +58,7 @@ func TestHostileClients(t *testing.T) {
 				}
 			}()
 		}
-		// Meanwhile a normal client is served.
+		// Meanwhile a normal client is served: the flood holds no in-flight slot.
 		if r := chat(t.Context(), c.url, "hello during a "+what, 4); r.err != nil {
 			t.Errorf("%s: a normal request failed: %v", what, r.err)
 		}
@@ -126,4 +127,38 @@ func TestHostileClients(t *testing.T) {
 		t.Errorf("errors{client_slow} grew by %v for the never-reading client, want 1", n)
 	}
 	t.Logf("never-reading client: worker freed %v after the request", freed.Round(time.Millisecond))
+
+	// 24 concurrent requests against --max-inflight 8: the excess gets 429
+	// with Retry-After at once, each one counted; the rest are served.
+	shedBefore := metric(t, c.url, `switchyard_shed_total{scope="global"}`)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	retryAfter := true
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := fmt.Sprintf(`{"model":"qwen3-0.6b","messages":[{"role":"user","content":"burst %d"}],"max_tokens":1000}`, i)
+			resp, err := http.Post(c.url+"/v1/chat/completions", "application/json", strings.NewReader(b))
+			if err != nil {
+				t.Errorf("burst request: %v", err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			codes[resp.StatusCode]++
+			if resp.StatusCode == http.StatusTooManyRequests && resp.Header.Get("Retry-After") == "" {
+				retryAfter = false
+			}
+		}()
+	}
+	wg.Wait()
+	shed := metric(t, c.url, `switchyard_shed_total{scope="global"}`) - shedBefore
+	if codes[200]+codes[429] != 24 || codes[429] == 0 || codes[200] < 8 || float64(codes[429]) != shed || !retryAfter {
+		t.Errorf("burst of 24 at --max-inflight 8: status codes %v, shed metric %v, Retry-After on every 429: %v; want 200s and counted 429s only", codes, shed, retryAfter)
+	}
+	t.Logf("burst of 24 at --max-inflight 8: %d served, %d shed with 429 (metric %v)", codes[200], codes[429], shed)
 }
