@@ -232,6 +232,9 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 		return nil, fmt.Errorf("bridge: dial the engine's KV events at %s: %w", cfg.KVEvents, err)
 	}
 	b.scrape(runCtx) // a first load report and KV capacity for the registry
+	if n := b.st.Load.TotalBlocks; n > 0 {
+		b.mirror.Reserve(n) // 16 bytes × 8/7 a block of the engine's capacity
+	}
 	b.info = bus.WorkerInfo{ID: cfg.ID, Role: cfg.Role, Model: model, HTTPURL: cfg.EngineURL, BlockSize: cfg.BlockSize,
 		KVBytesPerToken: cfg.KVBytesPerToken, KVBlocks: b.st.Load.TotalBlocks, KVEventsEnabled: true, Epoch: b.pub.Epoch(),
 		MaxModelLen: maxLen, StartedUnixMilli: time.Now().UnixMilli(), Profile: bus.Profile{Model: model, KVBytesPerToken: cfg.KVBytesPerToken}}

@@ -67,15 +67,16 @@ var ErrBlockSize = errors.New("bridge: engine block size differs from --block-si
 // with the Switchyard hash each was rewritten to and the tiers holding it.
 // It is not safe for concurrent use: the bridge guards it with its lock.
 //
-// Memory: one map of engine hash → Switchyard hash (16-byte slots), plus a
-// map of tiers for the few blocks held anywhere but on the GPU alone. The
+// Memory: an open-addressing table of engine hash → Switchyard hash (16
+// bytes a slot, at most 7/8 full), plus a map of tiers for the few blocks
+// held anywhere but on the GPU alone. The
 // Switchyard hash 0 marks a block known but not indexed (a partial SGLang
-// page), so its removal is recognised. BenchmarkMirrorRSS: 36 MiB of heap
+// page), so its removal is recognised. BenchmarkMirrorRSS: 25 MiB of heap
 // for 1M GPU blocks.
 type Mirror struct {
 	blockSize int
-	sy        map[uint64]uint64 // engine hash → Switchyard hash
-	media     map[uint64]Media  // engine hash → tiers, when not GPU only
+	sy        table            // engine hash → Switchyard hash
+	media     map[uint64]Media // engine hash → tiers, when not GPU only
 	out       []kvevents.Event
 	hashes    []uint64 // backing store for out's Hashes
 	extra     []uint64 // per-block extra-key digests of the event being applied
@@ -84,18 +85,18 @@ type Mirror struct {
 
 // NewMirror returns an empty mirror for engines with the given block size.
 func NewMirror(blockSize int) *Mirror {
-	return &Mirror{blockSize: blockSize, sy: make(map[uint64]uint64), media: make(map[uint64]Media)}
+	return &Mirror{blockSize: blockSize, media: make(map[uint64]Media)}
 }
 
 // Stats returns the counters.
 func (m *Mirror) Stats() Stats { return m.stats }
 
 // Len is the number of engine blocks held, on any tier.
-func (m *Mirror) Len() int { return len(m.sy) }
+func (m *Mirror) Len() int { return m.sy.Len() }
 
 // MediaOf returns the tiers holding the engine block h, or 0.
 func (m *Mirror) MediaOf(h uint64) Media {
-	if _, ok := m.sy[h]; !ok {
+	if _, ok := m.sy.Get(h); !ok {
 		return 0
 	}
 	if md, ok := m.media[h]; ok {
@@ -109,9 +110,9 @@ func (m *Mirror) MediaOf(h uint64) Media {
 // idempotent).
 func (m *Mirror) Hashes(fn func(t kvevents.Tier, hashes []uint64)) {
 	var bufs [kvindex.NumTiers][]uint64
-	for eh, h := range m.sy {
+	m.sy.Range(func(eh, h uint64) {
 		if h == 0 {
-			continue
+			return
 		}
 		md := gpuOnly
 		if x, ok := m.media[eh]; ok {
@@ -127,7 +128,7 @@ func (m *Mirror) Hashes(fn func(t kvevents.Tier, hashes []uint64)) {
 				bufs[t] = bufs[t][:0]
 			}
 		}
-	}
+	})
 	for t, b := range bufs {
 		if len(b) > 0 || t == 0 {
 			fn(kvevents.Tier(t), b)
@@ -135,9 +136,14 @@ func (m *Mirror) Hashes(fn func(t kvevents.Tier, hashes []uint64)) {
 	}
 }
 
+// Reserve sizes the mirror for n blocks, so that it does not grow (and
+// leave the runtime holding the storage it outgrew) until it holds them.
+// The bridge calls it with the engine's KV capacity.
+func (m *Mirror) Reserve(n int) { m.sy.Reserve(n) }
+
 // Reset forgets every block.
 func (m *Mirror) Reset() {
-	clear(m.sy)
+	m.sy.Reset()
 	clear(m.media)
 }
 
@@ -235,7 +241,7 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 	}
 	parent := kvindex.Root(salt)
 	if e.HasParent {
-		p, ok := m.sy[e.Parent]
+		p, ok := m.sy.Get(e.Parent)
 		if !ok || p == 0 {
 			m.stats.Orphans++
 			return nil
@@ -245,11 +251,11 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 	start := len(m.hashes)
 	firstParent := parent
 	for i, eh := range e.BlockHashes {
-		old, existed := m.sy[eh]
+		old, existed := m.sy.Get(eh)
 		if i >= full {
 			m.stats.Partial++
 			if !existed {
-				m.sy[eh] = 0
+				m.sy.Put(eh, 0)
 			}
 			m.addTier(eh, existed, tier)
 			continue
@@ -271,7 +277,7 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 			delete(m.media, eh)
 			existed = false
 		}
-		m.sy[eh] = h
+		m.sy.Put(eh, h)
 		m.addTier(eh, existed, tier)
 		m.hashes = append(m.hashes, h)
 	}
@@ -288,14 +294,14 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 func (m *Mirror) offloaded(e *enginewire.Event, tier kvevents.Tier) bool {
 	bit := Media(1 << tier)
 	for _, eh := range e.BlockHashes {
-		if _, ok := m.sy[eh]; !ok || m.MediaOf(eh)&bit != 0 {
+		if _, ok := m.sy.Get(eh); !ok || m.MediaOf(eh)&bit != 0 {
 			return false
 		}
 	}
 	start := len(m.hashes)
 	for _, eh := range e.BlockHashes {
 		m.addTier(eh, true, tier)
-		if h := m.sy[eh]; h != 0 {
+		if h, _ := m.sy.Get(eh); h != 0 {
 			m.hashes = append(m.hashes, h)
 		}
 	}
@@ -312,7 +318,7 @@ func (m *Mirror) removed(e *enginewire.Event) {
 	bit := Media(1 << tier)
 	start := len(m.hashes)
 	for _, eh := range e.BlockHashes {
-		h, ok := m.sy[eh]
+		h, ok := m.sy.Get(eh)
 		md := m.MediaOf(eh)
 		if !ok || md&bit == 0 {
 			m.stats.UnknownRemoved++
@@ -322,7 +328,7 @@ func (m *Mirror) removed(e *enginewire.Event) {
 		md &^= bit
 		switch {
 		case md == 0:
-			delete(m.sy, eh)
+			m.sy.Delete(eh)
 			delete(m.media, eh)
 		case md == gpuOnly:
 			delete(m.media, eh)

@@ -45,7 +45,9 @@ func BenchmarkBridgeMillionBlocks(b *testing.B) {
 			case "/v1/models":
 				fmt.Fprint(rw, `{"data":[{"id":"qwen3-0.6b","max_model_len":40960}]}`)
 			case "/metrics":
-				fmt.Fprint(rw, "vllm:num_requests_running 0\nprocess_start_time_seconds 1764000000\n")
+				// An engine whose GPU holds 1.1M blocks: the bridge sizes
+				// its mirror from this.
+				fmt.Fprint(rw, "vllm:num_requests_running 0\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1100000\"} 1\nprocess_start_time_seconds 1764000000\n")
 			}
 		}))
 		defer engine.Close()
