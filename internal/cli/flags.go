@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,6 +53,14 @@ func (b *busFlags) add(fs *flag.FlagSet, natsHelp string) {
 	fs.StringVar(&b.nats, "nats", "", natsHelp)
 	fs.StringVar(&b.namespace, "namespace", "default", "namespace of this deployment's subjects, so deployments can share one NATS")
 	fs.DurationVar(&b.registryTTL, "registry-ttl", 6*time.Second, "a worker that stops heartbeating leaves routing within this time")
+}
+
+// check rejects settings the bus would silently replace with defaults.
+func (b *busFlags) check() error {
+	if b.registryTTL <= 0 {
+		return fmt.Errorf("--registry-ttl %v: want more than 0, e.g. 6s", b.registryTTL)
+	}
+	return nil
 }
 
 // tlsFlags name kvxfer's TLS files.
@@ -206,7 +215,28 @@ func checkEngineConfig(c sim.Config) error {
 	if _, err := perfmodel.LookupGPU(c.GPU); err != nil {
 		return fmt.Errorf("--gpu %q is not a simulator preset: pick one of %s", c.GPU, strings.Join(perfmodel.GPUNames(), ", "))
 	}
-	return c.Check()
+	// The flags' own ranges, named; the engine's Check covers what depends
+	// on several (weights that leave no room for a KV cache).
+	switch {
+	case c.TP < 0 || c.TP&(c.TP-1) != 0 || c.TP > 8:
+		return fmt.Errorf("--tp %d: want 1, 2, 4 or 8 (0 picks the smallest that fits)", c.TP)
+	case c.BlockSize < 1 || c.BlockSize > 1024:
+		return fmt.Errorf("--block-size %d: want 1..1024 (16 is the engines' default)", c.BlockSize)
+	case c.KVBlocks < 0:
+		return fmt.Errorf("--kv-blocks %d: want 0 (from GPU memory) or more", c.KVBlocks)
+	case !(c.GPUMemoryUtilization > 0 && c.GPUMemoryUtilization <= 1):
+		return fmt.Errorf("--gpu-memory-utilization %g: want a share in (0, 1], e.g. 0.9", c.GPUMemoryUtilization)
+	case c.MaxNumBatchedTokens < 1:
+		return fmt.Errorf("--max-num-batched-tokens %d: want at least 1", c.MaxNumBatchedTokens)
+	case c.MaxNumSeqs < 1:
+		return fmt.Errorf("--max-num-seqs %d: want at least 1", c.MaxNumSeqs)
+	case !(c.Speedup > 0):
+		return fmt.Errorf("--speedup %g: want more than 0 (1 = real time, 10 = ten times faster)", c.Speedup)
+	}
+	if err := c.Check(); err != nil {
+		return errors.New(strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return nil
 }
 
 // adminExposed reports whether admin endpoints would be reachable beyond

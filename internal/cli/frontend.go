@@ -48,6 +48,9 @@ func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
 	if err == nil && f.bus.nats == "" {
 		err = checkListenAddr("--nats-addr", f.natsAddr)
 	}
+	if err == nil {
+		err = f.bus.check()
+	}
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
 		return f, ExitUsage

@@ -93,6 +93,9 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	if err := checkEngineConfig(u.engine); err != nil {
 		return bad("%v", err)
 	}
+	if err := u.bus.check(); err != nil {
+		return bad("%v", err)
+	}
 	switch {
 	case u.kvxferTLS != "" && u.kvxferTLS != "auto":
 		return bad("--kvxfer-tls %q: want auto (or the --kvxfer-tls-cert/-key/-ca files)", u.kvxferTLS)

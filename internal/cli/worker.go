@@ -115,6 +115,10 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return f, ExitUsage
 	}
+	if err := f.bus.check(); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return f, ExitUsage
+	}
 	var err error
 	if f.node.LinkRate, err = parseLinkRate(f.linkRate); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
