@@ -276,6 +276,14 @@ func runUp(ctx context.Context, args []string, env Env) int {
 				note += " (link " + rate.String() + ")"
 			}
 		}
+		tiers := ""
+		if p := in.Profile; p.CPUBlocks > 0 {
+			tiers = fmt.Sprintf(" + %d in host memory", p.CPUBlocks)
+			if p.DiskBlocks > 0 {
+				tiers += fmt.Sprintf(" + %d on disk", p.DiskBlocks)
+			}
+		}
+		note = tiers + note
 		lines = append(lines, fmt.Sprintf("  %-10s %-10s %s  %d KV blocks%s", in.ID, in.Role, in.HTTPURL, in.KVBlocks, note))
 	}
 	xfer := ""

@@ -194,6 +194,9 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 	info := w.Info()
 	fmt.Fprintf(env.Stderr, "switchyard worker %s (%s, %s on %d × %s, %d KV blocks of %d tokens, max_model_len %d)\n",
 		info.ID, info.Role, info.Model, info.Profile.TP, info.Profile.GPU, info.KVBlocks, info.BlockSize, info.MaxModelLen)
+	if p := info.Profile; p.CPUBlocks > 0 {
+		fmt.Fprintf(env.Stderr, "  lower KV tiers: %d blocks in host memory, %d on disk; host link %.1f GB/s per GPU\n", p.CPUBlocks, p.DiskBlocks, p.HostLinkBandwidth/1e9)
+	}
 	if info.KVXferAddr != "" {
 		fmt.Fprintf(env.Stderr, "  KV transfer on %s%s\n", info.KVXferAddr, map[bool]string{true: ", link emulated at " + f.node.LinkRate.String(), false: ""}[f.node.LinkRate > 0])
 	}

@@ -56,5 +56,16 @@
 // so it could flag a false silent; the index under-counts only after a
 // bridge rebuilt its mirror, and the next batch with events clears it.
 //
+// # Tiers
+//
+// Every Stored and Removed event names its medium (Event.Medium, a Tier:
+// GPU, CPU or disk) exactly as vLLM's events do: an eviction that offloads a
+// block is a GPU Removed followed by a CPU Stored, and a block loaded back is
+// a GPU Stored while its CPU copy stays. The index keeps the tiers per
+// (block, worker). ParseMedium maps an engine's medium name onto a Tier; an
+// unknown name is counted (WorkerHealth.UnknownMedia,
+// switchyard_kv_event_unknown_medium_total) and indexed as the slowest tier,
+// never as the GPU. Cleared drops every tier.
+//
 // It does not decide routing and does not persist anything.
 package kvevents
