@@ -37,7 +37,7 @@ func runTokenize(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "switchyard tokenize: "+format+"\n", a...)
 		return code
 	}
-	m, err := openTokenizer(spec)
+	m, err := openTokenizerText(spec)
 	if err != nil {
 		return fail(ExitFail, "%v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -57,5 +59,26 @@ func TestTokenizeCommand(t *testing.T) {
 		if code != c.code || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.args, code, errs, c.code, c.want)
 		}
+	}
+}
+
+// TestServersRefuseTokenizerWithoutTemplate: frontend, up and worker need
+// chats, so a tokenizer.json without a chat template stops them at start;
+// `tokenize` still encodes text with it.
+func TestServersRefuseTokenizerWithoutTemplate(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile("../tokenizer/testdata/tiny-qwen3/tokenizer.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openTokenizer(dir); err == nil || !strings.Contains(err.Error(), "no chat_template") {
+		t.Errorf("openTokenizer: %v", err)
+	}
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"tokenize", "--tokenizer", dir}, strings.NewReader("hello"), &out, &errb); code != 0 {
+		t.Errorf("tokenize text: exit %d: %s", code, errb.String())
 	}
 }

@@ -15,8 +15,22 @@ func tokenizerFlag(fs *flag.FlagSet, spec *string) {
 	fs.StringVar(spec, "tokenizer", "cl100k", tokenizerUsage)
 }
 
-// openTokenizer loads a --tokenizer value.
+// openTokenizer loads a --tokenizer value for a server, which must be able
+// to encode chats: a tokenizer.json without a chat template it can render
+// is refused here rather than on the first chat request.
 func openTokenizer(spec string) (tokenizer.Model, error) {
+	m, err := openTokenizerText(spec)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := m.(interface{ ChatErr() error }); ok && c.ChatErr() != nil {
+		return nil, fmt.Errorf("--tokenizer %s: %w", spec, c.ChatErr())
+	}
+	return m, nil
+}
+
+// openTokenizerText loads a --tokenizer value; chats may be unsupported.
+func openTokenizerText(spec string) (tokenizer.Model, error) {
 	m, err := tokenizer.Open(spec)
 	if errors.Is(err, tokenizer.ErrEngineTokenizer) {
 		return nil, fmt.Errorf("--tokenizer engine is not available in this command; give the model's tokenizer.json (or its folder, or its HuggingFace id)")

@@ -59,12 +59,16 @@ func (c Cl100k) EncodeChat(msgs []openai.Message, _ ChatOptions) ([]uint32, erro
 }
 
 // HF is a HuggingFace tokenizer.json as a Model. The chat template is
-// recognised when it loads, so a model whose template is not rendered here
-// fails at startup rather than on the first chat.
+// recognised when it loads; ChatErr says why chats cannot be encoded (no
+// template, or one not rendered here), so a server can refuse to start.
 type HF struct {
 	*hf.Tokenizer
-	chat *hf.ChatTemplate
+	chat    *hf.ChatTemplate
+	chatErr error
 }
+
+// ChatErr is nil when the tokenizer can encode chats.
+func (h HF) ChatErr() error { return h.chatErr }
 
 // Name implements Model.
 func (h HF) Name() string { return h.Path() }
@@ -74,6 +78,9 @@ func (h HF) EncodePrompt(text string) []uint32 { return h.EncodeWithSpecial(text
 
 // EncodeChat implements Model.
 func (h HF) EncodeChat(msgs []openai.Message, o ChatOptions) ([]uint32, error) {
+	if h.chatErr != nil {
+		return nil, h.chatErr
+	}
 	s, err := h.chat.Render(msgs, o)
 	if err != nil {
 		return nil, err
@@ -81,8 +88,13 @@ func (h HF) EncodeChat(msgs []openai.Message, o ChatOptions) ([]uint32, error) {
 	return h.Encode(s), nil
 }
 
-// ChatFamily is the recognised chat template's family.
-func (h HF) ChatFamily() string { return h.chat.Family }
+// ChatFamily is the recognised chat template's family ("" without one).
+func (h HF) ChatFamily() string {
+	if h.chat == nil {
+		return ""
+	}
+	return h.chat.Family
+}
 
 // Open resolves a --tokenizer value:
 //   - "" or "cl100k": the built-in cl100k_base;
@@ -112,10 +124,7 @@ func Open(spec string) (Model, error) {
 		return nil, err
 	}
 	chat, err := t.Chat()
-	if err != nil {
-		return nil, err
-	}
-	return HF{Tokenizer: t, chat: chat}, nil
+	return HF{Tokenizer: t, chat: chat, chatErr: err}, nil
 }
 
 // resolve finds the tokenizer.json a --tokenizer value names.

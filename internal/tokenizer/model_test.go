@@ -128,3 +128,27 @@ func TestTokenize(t *testing.T) {
 		t.Errorf("EncodePrompt = %v, want the template's <|end|> (1000) first", got)
 	}
 }
+
+// TestOpenWithoutChatTemplate: a bare tokenizer.json encodes text, and
+// says why it cannot encode a chat.
+func TestOpenWithoutChatTemplate(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(tinyDir, "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Decode(m.Encode("hello")); got != "hello" {
+		t.Errorf("text: %q", got)
+	}
+	_, err = m.EncodeChat([]openai.Message{{Role: "user", Content: "hi"}}, DefaultChat)
+	if err == nil || !strings.Contains(err.Error(), "no chat_template") || m.(HF).ChatErr() == nil {
+		t.Errorf("chat without a template: %v", err)
+	}
+}
