@@ -31,6 +31,12 @@
 // goroutine. Settings are last-writer-wins by the time of the admin change.
 // Settings from start-up flags are not shared: only /admin changes are.
 //
+// Trust: a peer's share moves this replica's routing, so only the bus's
+// frontend user may publish on the subject; a worker's login cannot (see
+// bus.WorkerPermissions). Malformed messages are counted and dropped; a
+// message carrying this replica's own ID from another run is reported as a
+// duplicate ID.
+//
 // It does not share the prefix index (every replica builds it from the KV
 // events), nor does it elect anything but the replica that probes new links
 // (the one with the smallest ID), so that two replicas never probe one link
