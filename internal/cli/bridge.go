@@ -85,6 +85,16 @@ func parseBridgeFlags(fs *flag.FlagSet, f workerFlags, env Env) (workerFlags, in
 	if err := checkListenAddr("--http-addr", b.HTTPAddr); err != nil {
 		return bad("%v", err)
 	}
+	if f.modelConfig != "" {
+		n, err := bridge.KVBytesPerToken(f.modelConfig, f.kvCacheDtype)
+		if err != nil {
+			return bad("%v", err)
+		}
+		if b.KVBytesPerToken != 0 && b.KVBytesPerToken != n {
+			return bad("--kv-bytes-per-token %d but --model-config %s gives %d: drop one", b.KVBytesPerToken, f.modelConfig, n)
+		}
+		b.KVBytesPerToken = n
+	}
 	return f, -1
 }
 

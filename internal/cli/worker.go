@@ -33,8 +33,10 @@ type workerFlags struct {
 	wireArr   bool
 	wireOld   bool
 	replay    string
-	tls       kvxfer.TLSFiles
-	node      node.WorkerConfig
+	// --model-config and --kv-cache-dtype: a bridge's KV bytes per token.
+	modelConfig, kvCacheDtype string
+	tls                       kvxfer.TLSFiles
+	node                      node.WorkerConfig
 }
 
 func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
@@ -56,6 +58,8 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.StringVar(&f.bridge.EngineURL, "engine-url", "", "vllm/sglang: the engine's OpenAI endpoint, e.g. http://HOST:8000 (registered as the worker's URL)")
 	fs.IntVar(&f.bridge.MaxModelLen, "max-model-len", 0, "vllm/sglang: expected max_model_len (0: the engine's); a mismatch refuses to start")
 	fs.IntVar(&f.bridge.KVBytesPerToken, "kv-bytes-per-token", 0, "vllm/sglang: KV cache bytes per token, for the disaggregation gate (2 × layers × KV heads × head dim × dtype bytes)")
+	fs.StringVar(&f.modelConfig, "model-config", "", "vllm/sglang: the model's HuggingFace config.json, to derive --kv-bytes-per-token from layers, KV heads, head dim and dtype")
+	fs.StringVar(&f.kvCacheDtype, "kv-cache-dtype", "", "vllm/sglang with --model-config: the engine's --kv-cache-dtype when not the model's dtype (fp8 → 1 byte)")
 	fs.DurationVar(&f.bridge.RebuildHold, "kv-rebuild-hold", bridge.DefaultRebuildHold, "vllm/sglang: after engine events were lost for good, route this worker approximately for this long")
 	fs.StringVar(&f.wire, "kv-events-wire", "", "sim: vllm publishes KV events on ZMQ exactly as vLLM 0.26 does (for a bridge) instead of on NATS")
 	fs.BoolVar(&f.wireArr, "kv-events-array", false, "sim with --kv-events-wire vllm: send events as tagged arrays, as vLLM before 0.26 and SGLang do")
