@@ -177,8 +177,13 @@ func TestAutoStaysLocalOnSlowLink(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if st, ok := (adapters{c.fe}).Link("p1", "d1"); ok && st.Measured {
-			if !raceEnabled && (st.BytesPerSec < 100e6 || st.BytesPerSec > 135e6) {
-				t.Errorf("probed 1 Gbit/s emulated link at %.0f B/s, want ≈ 125e6", st.BytesPerSec)
+			// The emulator paces to 125e6 B/s, so a probe can never honestly
+			// see more than that (plus a burst margin). It can see less: on a
+			// CI machine whose two cores are busy the pacing goroutines run
+			// late, and 75e6 B/s was seen under a load average of 8. Only the
+			// ceiling is tight; the floor catches a link that barely moves.
+			if !raceEnabled && (st.BytesPerSec < 25e6 || st.BytesPerSec > 135e6) {
+				t.Errorf("probed 1 Gbit/s emulated link at %.0f B/s, want at most ≈ 125e6 and not a stall", st.BytesPerSec)
 			}
 			break
 		}
