@@ -238,3 +238,21 @@ func TestParseDim(t *testing.T) {
 		t.Errorf("cross product of 2 × 3 is not 6 points")
 	}
 }
+
+// TestTierPricedBeatsTierBlind: with a host-memory tier on every worker,
+// pricing lower-tier hits (the default) reuses more of the trace than a
+// router that counts them as misses, and the report splits hits by tier.
+func TestTierPricedBeatsTierBlind(t *testing.T) {
+	c := smallConfig(t, 600)
+	c.Engine.KVOffloadGiB = 256
+	priced := run(t, c).Runs[0].Aggregate
+	c.TierBlind = true
+	blind := run(t, c).Runs[0].Aggregate
+	if priced.Tiers == nil || blind.Tiers == nil {
+		t.Fatalf("no tier split: priced %+v, blind %+v", priced.Tiers, blind.Tiers)
+	}
+	if priced.HitRatio <= blind.HitRatio || priced.Tiers.HitRatio.CPU <= blind.Tiers.HitRatio.CPU || priced.Tiers.LoadedBytes.CPU == 0 {
+		t.Errorf("priced hit %.3f (cpu %.3f), blind %.3f (cpu %.3f): want priced ahead, with bytes loaded",
+			priced.HitRatio, priced.Tiers.HitRatio.CPU, blind.HitRatio, blind.Tiers.HitRatio.CPU)
+	}
+}
