@@ -53,10 +53,11 @@ var BucketWait = 30 * time.Second
 // worker ID, whose entries expire TTL after their last refresh. It is safe
 // for concurrent use.
 //
-// The bucket uses memory storage, so a NATS server restart loses it. Every
-// user of a Registry recreates it when it finds it gone (ensure): a worker's
-// Registration on its next refresh or on reconnect, a Watcher when it
-// re-establishes its watch.
+// The bucket uses memory storage, so a NATS server restart loses it. A
+// Watcher recreates it whenever it re-establishes its watch (on every
+// reconnect); a Registration puts its entry again on reconnect and every
+// 250 ms while that fails, recreating the bucket itself unless NoCreate, in
+// which case it waits for a frontend's Watcher to.
 type Registry struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"testing"
@@ -25,7 +26,19 @@ func freePort(t testing.TB) int {
 // it keeps the last known workers and says the bus is down. When it is
 // back the bucket is recreated, the live worker re-registers and stays;
 // a worker that died during the outage leaves within a TTL of the return.
+//
+// With NoCreate (workers that log in with per-worker permissions may not
+// create streams) the worker waits for the watcher to recreate the bucket.
 func TestRegistrySurvivesServerRestart(t *testing.T) {
+	for _, noCreate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "worker creates", true: "worker NoCreate"}[noCreate], func(t *testing.T) {
+			t.Parallel()
+			testRegistryRestart(t, noCreate)
+		})
+	}
+}
+
+func testRegistryRestart(t *testing.T, noCreate bool) {
 	const ttl = time.Second
 	port := freePort(t)
 	cfg := EmbeddedConfig{Port: port}
@@ -44,7 +57,12 @@ func TestRegistrySurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	worker := openRegistry(t, connect(t, url), ttl)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	worker, err := OpenRegistry(wctx, RegistryConfig{NC: connect(t, url), TTL: ttl, NoCreate: noCreate})
+	if err != nil {
+		t.Fatal(err)
+	}
 	live, err := worker.Register(ctx, testWorker("live"))
 	if err != nil {
 		t.Fatal(err)
