@@ -178,6 +178,8 @@ func TestLateReplicaConvergesAndDeadOneExpires(t *testing.T) {
 	})
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("late replica took %v to converge, want within 2 s", d)
+	} else {
+		t.Logf("late replica converged in %v (3,000 requests in flight, approximate records, a link, settings)", d.Round(time.Millisecond))
 	}
 
 	// A finish lost on the wire is healed by the next full set.
@@ -189,9 +191,11 @@ func TestLateReplicaConvergesAndDeadOneExpires(t *testing.T) {
 	})
 
 	a.stop()
+	stopped := time.Now()
 	waitFor(t, "dead replica's share expires", func() bool {
 		return b.f.check(func(f *fakeApplier) bool { return len(f.inflight) == 0 && f.dropped["fe-a/r1"] })
 	})
+	t.Logf("dead replica's share dropped %v after it stopped (PeerTTL 400 ms here)", time.Since(stopped).Round(time.Millisecond))
 	if n := len(b.s.Status().Peers); n != 0 {
 		t.Errorf("peers after expiry = %d, want 0", n)
 	}
