@@ -132,12 +132,18 @@ func TestWorkerPermissions(t *testing.T) {
 	// consumer's deliveries and a stream's republish itself, which would
 	// carry a worker's own registry value onto another worker's subjects.
 	stream := "KV_" + subj.WorkersBucket()
+	var wg sync.WaitGroup
 	for _, s := range []string{"$JS.API.CONSUMER.CREATE." + stream, "$JS.API.CONSUMER.CREATE." + stream + ".c1.>",
 		"$JS.API.STREAM.CREATE.evil", "$JS.API.STREAM.CREATE." + stream, "$JS.API.STREAM.PURGE." + stream, "$JS.API.STREAM.DELETE." + stream} {
-		if m, err := w1.Request(s, []byte(`{"config":{"deliver_subject":"sy.t.load.w2"}}`), 500*time.Millisecond); err == nil {
-			t.Errorf("w1 got an answer to %s: %s", s, m.Data)
-		}
+		wg.Add(1)
+		go func() { // a refused publish is never answered: wait out the timeouts together
+			defer wg.Done()
+			if m, err := w1.Request(s, []byte(`{"config":{"deliver_subject":"sy.t.load.w2"}}`), 500*time.Millisecond); err == nil {
+				t.Errorf("w1 got an answer to %s: %s", s, m.Data)
+			}
+		}()
 	}
+	wg.Wait()
 
 	// Snapshot request/reply.
 	ssub, err := w1.Subscribe(subj.Snapshot("w1"), func(m *nats.Msg) { m.Respond([]byte("snap")) })
@@ -151,7 +157,7 @@ func TestWorkerPermissions(t *testing.T) {
 	}
 
 	// Registering another worker's id is refused by the server.
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 	_, err = reg.Register(cctx, testWorker("w2"))
 	cancel()
 	if err == nil {
