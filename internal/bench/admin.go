@@ -17,6 +17,9 @@ import (
 // Health is the part of GET /health bench reads.
 type Health struct {
 	Status    string         `json:"status"`
+	Model     string         `json:"model,omitempty"`
+	Policy    string         `json:"policy,omitempty"`
+	ID        string         `json:"id,omitempty"` // set by an engine worker, never by a frontend
 	BlockSize int            `json:"block_size,omitempty"`
 	Workers   []HealthWorker `json:"workers,omitempty"`
 }
@@ -184,4 +187,17 @@ func (c *Client) SetDisagg(ctx context.Context, mode string) error {
 		return fmt.Errorf("bench: PUT /admin/disagg: asked for mode %q, frontend answered %q", mode, s.Mode)
 	}
 	return nil
+}
+
+// NotFrontend says why h is not a Switchyard frontend's /health (an engine
+// worker's, say), or "" when it is one or cannot tell (an engine whose
+// /health has no JSON body).
+func (h Health) NotFrontend() string {
+	switch {
+	case h.Model != "" || h.Policy != "" || h.Workers != nil || h.Status == "unknown":
+		return ""
+	case h.ID != "":
+		return fmt.Sprintf("it answers /health as engine worker %q does", h.ID)
+	}
+	return "its /health has no model, router policy or worker list"
 }

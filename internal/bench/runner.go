@@ -158,6 +158,12 @@ func runPlan(ctx context.Context, cfg Config, plan Plan, c *Client, progress *Pr
 		return nil, err
 	}
 	rep.Deployment = h
+	if why := h.NotFrontend(); why != "" {
+		progress.Note(fmt.Sprintf("%s is not a Switchyard frontend: %s; requests go to it directly, without routing (point --url at the frontend to measure the deployment)", c.base, why))
+		if len(cfg.Policies) > 0 || len(cfg.DisaggModes) > 0 {
+			return nil, fmt.Errorf("bench: --compare-policies and --compare-disagg switch a frontend's settings, and %s is not a Switchyard frontend: %s", c.base, why)
+		}
+	}
 	rep.BlockSize = cfg.BlockSize
 	if rep.BlockSize == 0 {
 		rep.BlockSize = h.BlockSize

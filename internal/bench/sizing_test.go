@@ -54,3 +54,19 @@ func TestSizePrefixes(t *testing.T) {
 		t.Errorf("explicit warmup became %d", cfg.Warmup)
 	}
 }
+
+func TestNotFrontend(t *testing.T) {
+	for _, tc := range []struct {
+		h    Health
+		want string
+	}{
+		{Health{Status: "ok", Model: "qwen3-0.6b", Policy: "kv", Workers: []HealthWorker{}}, ""},
+		{Health{Status: "unknown"}, ""}, // no JSON body: cannot tell
+		{Health{Status: "ok", ID: "worker-1"}, `it answers /health as engine worker "worker-1" does`},
+		{Health{Status: "ok"}, "no model, router policy or worker list"},
+	} {
+		if got := tc.h.NotFrontend(); !strings.Contains(got, tc.want) || (tc.want == "" && got != "") {
+			t.Errorf("%+v: %q, want %q", tc.h, got, tc.want)
+		}
+	}
+}
