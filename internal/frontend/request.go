@@ -137,7 +137,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		if err := openai.CheckRoles(req.Messages); err != nil {
 			return nil, badRequest("messages", "frontend: %v", err)
 		}
-		toks, err := s.tok.EncodeChat(req.Messages, tokenizer.DefaultChat)
+		toks, err := s.tok.EncodeChat(req.Messages, routingChatOptions(req))
 		if err != nil {
 			return nil, badRequest("messages", "frontend: %v", err)
 		}
@@ -179,4 +179,21 @@ func rewriteBody(body []byte, set map[string]json.RawMessage) ([]byte, error) {
 		return nil, fmt.Errorf("frontend: rewrite body: %w", err)
 	}
 	return out, nil
+}
+
+// routingChatOptions are the chat-template switches of req that the
+// frontend's tokenizer renders (add_generation_prompt,
+// continue_final_message, chat_template_kwargs.enable_thinking), so the
+// prompt is hashed as the engine will tokenize it. Other template kwargs
+// reach the engine untouched in the body; routing then hashes the prompt
+// without them.
+func routingChatOptions(req *openai.CompletionRequest) tokenizer.ChatOptions {
+	o := tokenizer.ChatOptions{AddGenerationPrompt: !req.ContinueFinalMessage, ContinueFinalMessage: req.ContinueFinalMessage}
+	if req.AddGenerationPrompt != nil {
+		o.AddGenerationPrompt = *req.AddGenerationPrompt
+	}
+	if b, ok := req.ChatTemplateKwargs["enable_thinking"].(bool); ok {
+		o.EnableThinking = &b
+	}
+	return o
 }

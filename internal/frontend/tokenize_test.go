@@ -47,3 +47,33 @@ func TestTokenizeEndpoint(t *testing.T) {
 		t.Errorf("token_strs %q", got.TokenStrs)
 	}
 }
+
+// TestChatTemplateSwitchesRoute: a chat is hashed with the template
+// switches the engine will render (here Qwen3's enable_thinking=false,
+// which adds an empty think block), so the frontend's prompt is the
+// engine's.
+func TestChatTemplateSwitchesRoute(t *testing.T) {
+	m, err := tokenizer.Open("../tokenizer/testdata/tiny-qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newFakeWorker(t, "a")
+	h := newHarness(t, Config{}, Deps{Tokenizer: m}, a.worker(RoleAggregated))
+	msgs := []openai.Message{{Role: "user", Content: "hello world"}}
+	off := false
+	plain, _ := m.EncodeChat(msgs, tokenizer.DefaultChat)
+	noThink, _ := m.EncodeChat(msgs, tokenizer.ChatOptions{AddGenerationPrompt: true, EnableThinking: &off})
+	for _, body := range []string{
+		`{"model":"` + testModel + `","messages":[{"role":"user","content":"hello world"}],"max_tokens":2}`,
+		`{"model":"` + testModel + `","messages":[{"role":"user","content":"hello world"}],"max_tokens":2,"chat_template_kwargs":{"enable_thinking":false}}`,
+	} {
+		if resp, b := h.do(t, "POST", "/v1/chat/completions", body); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	h.router.mu.Lock()
+	defer h.router.mu.Unlock()
+	if len(h.router.picks) != 2 || h.router.picks[0].PromptTokens != len(plain) || h.router.picks[1].PromptTokens != len(noThink) || len(noThink) <= len(plain) {
+		t.Errorf("routed prompt tokens %v, want %d then %d", h.router.picks, len(plain), len(noThink))
+	}
+}

@@ -171,14 +171,18 @@ type CompletionRequest struct {
 	BestOf           *int               `json:"best_of,omitempty"`
 
 	// vLLM extensions.
-	CacheSalt         string         `json:"cache_salt,omitempty"`
-	KVTransferParams  map[string]any `json:"kv_transfer_params,omitempty"`
-	Priority          *int           `json:"priority,omitempty"`
-	MinTokens         *int           `json:"min_tokens,omitempty"`
-	IgnoreEOS         bool           `json:"ignore_eos,omitempty"`
-	TopK              *int           `json:"top_k,omitempty"`
-	MinP              *float64       `json:"min_p,omitempty"`
-	RepetitionPenalty *float64       `json:"repetition_penalty,omitempty"`
+	CacheSalt string `json:"cache_salt,omitempty"`
+	// Chat-template switches (vLLM): they change a chat's prompt tokens.
+	AddGenerationPrompt  *bool          `json:"add_generation_prompt,omitempty"`
+	ContinueFinalMessage bool           `json:"continue_final_message,omitempty"`
+	ChatTemplateKwargs   map[string]any `json:"chat_template_kwargs,omitempty"`
+	KVTransferParams     map[string]any `json:"kv_transfer_params,omitempty"`
+	Priority             *int           `json:"priority,omitempty"`
+	MinTokens            *int           `json:"min_tokens,omitempty"`
+	IgnoreEOS            bool           `json:"ignore_eos,omitempty"`
+	TopK                 *int           `json:"top_k,omitempty"`
+	MinP                 *float64       `json:"min_p,omitempty"`
+	RepetitionPenalty    *float64       `json:"repetition_penalty,omitempty"`
 }
 
 // PromptTokensDetails is usage.prompt_tokens_details.

@@ -149,7 +149,11 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 		if err := openai.CheckRoles(req.Messages); err != nil {
 			return nil, badRequest("messages", "%v", err)
 		}
-		toks, err := w.tok.EncodeChat(req.Messages, tokenizer.DefaultChat)
+		o, err := tokenizer.ChatOptionsOf(req.AddGenerationPrompt, req.ContinueFinalMessage, req.ChatTemplateKwargs)
+		if err != nil {
+			return nil, badRequest("chat_template_kwargs", "%v", err)
+		}
+		toks, err := w.tok.EncodeChat(req.Messages, o)
 		if err != nil {
 			return nil, badRequest("messages", "%v", err)
 		}

@@ -40,3 +40,23 @@ func TestTokenize(t *testing.T) {
 		t.Errorf("bad JSON: %d", code)
 	}
 }
+
+// TestChatTemplateSwitches: the simulator takes vLLM's chat-template
+// fields and refuses template kwargs it cannot render.
+func TestChatTemplateSwitches(t *testing.T) {
+	_, srv := startWorker(t, Config{})
+	for body, want := range map[string]int{
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"chat_template_kwargs":{"enable_thinking":false}}`:                                                 200,
+		`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"chat_template_kwargs":{"tools_mode":1}}`:                                                          400,
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Hel"}],"max_tokens":2,"continue_final_message":true,"add_generation_prompt":false}`: 200,
+	} {
+		resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s: status %d, want %d", body, resp.StatusCode, want)
+		}
+	}
+}
