@@ -10,7 +10,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +27,7 @@ type natsServer struct {
 	t    testing.TB
 	port int
 	dir  string
+	conf string // extra nats-server configuration (authorization), if any
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -33,7 +36,11 @@ type natsServer struct {
 
 // startNATS runs nats-server with JetStream on a free loopback port. It
 // fails the test when nats-server is missing: .ci/run installs it.
-func startNATS(t testing.TB) *natsServer {
+func startNATS(t testing.TB) *natsServer { return startNATSConf(t, "") }
+
+// startNATSConf is startNATS with extra configuration, e.g. the
+// authorization block `switchyard nats-config` prints.
+func startNATSConf(t testing.TB, conf string) *natsServer {
 	t.Helper()
 	if _, err := exec.LookPath("nats-server"); err != nil {
 		t.Fatal("nats-server not found in PATH: these tests need a real external NATS server " +
@@ -43,7 +50,7 @@ func startNATS(t testing.TB) *natsServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &natsServer{t: t, port: ln.Addr().(*net.TCPAddr).Port, dir: t.TempDir()}
+	n := &natsServer{t: t, port: ln.Addr().(*net.TCPAddr).Port, dir: t.TempDir(), conf: conf}
 	ln.Close()
 	n.start()
 	t.Cleanup(func() {
@@ -68,7 +75,16 @@ func (n *natsServer) Write(b []byte) (int, error) {
 // start runs the server on its port and waits until it accepts clients.
 func (n *natsServer) start() {
 	n.t.Helper()
-	cmd := exec.Command("nats-server", "-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-js", "-sd", n.dir)
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(n.port), "-js", "-sd", n.dir}
+	if n.conf != "" {
+		f := filepath.Join(n.dir, "nats.conf")
+		cfg := fmt.Sprintf("listen: 127.0.0.1:%d\njetstream { store_dir: %q }\n%s", n.port, n.dir, n.conf)
+		if err := os.WriteFile(f, []byte(cfg), 0o600); err != nil {
+			n.t.Fatal(err)
+		}
+		args = []string{"-c", f}
+	}
+	cmd := exec.Command("nats-server", args...)
 	cmd.Stdout, cmd.Stderr = n, n
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

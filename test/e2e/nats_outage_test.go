@@ -3,9 +3,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
 )
 
 // natsOutage runs a frontend and three workers on an external nats-server,
@@ -76,5 +81,43 @@ func TestNATSOutage(t *testing.T) {
 	}
 	if recovered > 5*time.Second {
 		t.Errorf("routing by KV events back %v after NATS returned, want within 5 s", recovered)
+	}
+}
+
+// TestNATSRestartWithLogins: with per-worker logins on an external server
+// a worker may not create the registry bucket, so after a restart it waits
+// for the frontend to recreate it; it must be back in routing and stay.
+func TestNATSRestartWithLogins(t *testing.T) {
+	t.Parallel()
+	l := newNATSLogin(t)
+	var conf bytes.Buffer
+	cmd := exec.Command(binary(t), "nats-config", "--secret-file", l.secretFile, "--workers", "w1")
+	cmd.Stdout = &conf
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("nats-config: %v", err)
+	}
+	ns := startNATSConf(t, conf.String())
+	withCreds := strings.Replace(ns.URL(), "nats://", "nats://frontend:"+bus.Password(l.secret, bus.UserFrontend)+"@", 1)
+	_, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", withCreds, "--registry-ttl", "2s")
+	c := &cluster{url: m[1]}
+	start(t, readyURL, append([]string{"worker", "--nats", ns.URL(), "--id", "w1", "--http-addr", "127.0.0.1:0", "--registry-ttl", "2s"}, l.workerArgs(t, "w1")...)...)
+	c.waitHealthy(t, 1, 30*time.Second)
+
+	ns.kill()
+	eventually(t, 10*time.Second, "/health says bus: down", func() bool { return c.health(t).Bus == "down" })
+	time.Sleep(3 * time.Second) // longer than the registry TTL
+	if r := chat(context.Background(), c.url, "while NATS is down", 4); r.err != nil {
+		t.Errorf("request while NATS is down: %v", r.err)
+	}
+	ns.start()
+	back := time.Now()
+	c.waitHealthy(t, 1, 20*time.Second)
+	t.Logf("with logins: w1 routed by KV events again %v after NATS returned", time.Since(back).Round(10*time.Millisecond))
+	time.Sleep(3 * time.Second) // observation window: w1's entry must be refreshed in the new bucket
+	if h := c.health(t); !h.healthy(1) {
+		t.Errorf("after the restart: bus %s, %d workers; want w1 to stay routable", h.Bus, len(h.Workers))
+	}
+	if r := chat(context.Background(), c.url, "after the restart", 4); r.err != nil {
+		t.Errorf("request after the restart: %v", r.err)
 	}
 }
