@@ -195,3 +195,27 @@ func benchEndToEnd(b *testing.B, inner IndexWriter) {
 	b.ReportMetric(float64(sent)/el.Seconds(), "blocks/s")
 	b.ReportMetric(float64(b.N)/el.Seconds(), "batches/s")
 }
+
+// BenchmarkDecodeBatch decodes Switchyard's own batches of 32 stored and 32
+// removed hashes: the existing codec, beside enginewire's
+// BenchmarkDecodeBatch for vLLM's wire (which also carries 16 token ids a
+// block).
+func BenchmarkDecodeBatch(b *testing.B) {
+	stored, removed := make([]uint64, 32), make([]uint64, 32)
+	bt := Batch{WorkerID: "w1", Epoch: 1, Events: make([]Event, 2)}
+	benchBatch(&bt, stored, removed, 9)
+	data := AppendBatch(nil, &bt)
+	var out Batch
+	if err := DecodeBatch(data, &out); err != nil || len(out.Events) != 2 {
+		b.Fatalf("decode: %v", err)
+	}
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := DecodeBatch(data, &out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(64*b.N)/b.Elapsed().Seconds(), "hashes/s")
+}
