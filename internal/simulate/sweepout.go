@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -69,6 +70,12 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 		}
 	}
 	relative := isLink && di >= 0
+	numeric := true
+	for _, v := range dims[xi].Values {
+		if _, err := strconv.ParseFloat(v, 64); err != nil {
+			numeric = false
+		}
+	}
 	base := map[string]float64{}
 	pts := Points(dims)
 	if relative {
@@ -101,6 +108,9 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 			order = append(order, name)
 		}
 		x := float64(indexOf(dims[xi].Values, pt[xi]))
+		if v, err := strconv.ParseFloat(pt[xi], 64); err == nil && numeric {
+			x = v // workers, tp: plot the value, not its position
+		}
 		if isLink {
 			r, err := linkemu.ParseRate(pt[xi])
 			if err != nil {
