@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -442,11 +443,22 @@ func TestKVXferFlood(t *testing.T) {
 		c.Write(frame) // fails once the server has refused and closed: fine
 	}
 	peak := rssBytes(t, pid)
+	ended := 0 // connections the server closed rather than held open
+	// One deadline for all, well inside the server's 10 s read deadline,
+	// so a connection held open shows as a timeout.
+	deadline := time.Now().Add(3 * time.Second)
 	for _, c := range open {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.SetReadDeadline(deadline)
 		var hdr [7]byte
-		if _, err := io.ReadFull(c, hdr[:]); err == nil && hdr[0] == 0x1f && be.BigEndian.Uint16(hdr[5:]) == 1 {
+		_, err := io.ReadFull(c, hdr[:])
+		if err == nil && hdr[0] == 0x1f && be.BigEndian.Uint16(hdr[5:]) == 1 {
 			refused++ // an Error frame, code lease_unknown
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			// The refusal, or the close after it (which a reset can
+			// overtake when the server leaves our body unread).
+			ended++
 		}
 		if r := rssBytes(t, pid); r > peak {
 			peak = r
@@ -459,8 +471,8 @@ func TestKVXferFlood(t *testing.T) {
 	if grew := peak - before; grew > 100<<20 {
 		t.Errorf("worker RSS grew %.0f MB under the flood: the announced frames were buffered", float64(grew)/1e6)
 	}
-	if refused < conns*9/10 {
-		t.Errorf("%d of %d flood connections got a lease_unknown refusal, want nearly all", refused, conns)
+	if ended != conns || refused == 0 {
+		t.Errorf("%d of %d flood connections were closed by the worker (%d with a lease_unknown refusal), want all: the others were held open", ended, conns, refused)
 	}
 	var st struct{ Status string }
 	if code := getJSON(t, ready[1]+"/health", &st); code != 200 || st.Status != "ok" {
