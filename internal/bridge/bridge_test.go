@@ -61,8 +61,12 @@ func TestBridgeGapCoveredByReplay(t *testing.T) {
 	r.store(a, 3, 4)
 	r.store(a, 4, 6)
 	r.waitIndex(a.hashes)
-	if s := r.br.Status(); s.Gaps != 1 || s.ReplaysCovered < 1 || s.Rebuilds != 0 {
-		t.Errorf("status = %+v, want one gap covered by replay", s)
+	// The skipped batches make one gap. A busy machine can add another: a
+	// SUB that joins late misses batch 0 too, and the idle replay poll then
+	// recovers it (seen: Gaps 2, ReplaysCovered 2). What must hold is that
+	// every gap was covered by replay, and nothing was rebuilt.
+	if s := r.br.Status(); s.Gaps < 1 || s.ReplaysCovered < s.Gaps || s.ReplaysShort != 0 || s.ReplaysFailed != 0 || s.Rebuilds != 0 {
+		t.Errorf("status = %+v, want every gap covered by replay", s)
 	}
 }
 
