@@ -180,9 +180,13 @@ func TestSimulateAgreesWithLive(t *testing.T) {
 		// milliseconds, and live TTFT is mostly what simulate does not
 		// model: HTTP, a 4,400-token JSON prompt, SSE, timer wake-ups
 		// (measured: live 43 ms p50 against 22 ms simulated, more when
-		// CI's cores are busy). Only gross disagreement fails.
-		if d := *live.TTFTP50S - *sim.TTFTP50S; d < -0.010 || d > 0.100 {
-			t.Errorf("TTFT p50: sim %.4f s, live %.4f s: live should be slower by its unmodelled overhead, at most 100 ms", *sim.TTFTP50S, *live.TTFTP50S)
+		// CI's cores are busy). On a quiet machine live can also come in
+		// under the simulation (seen: live 11.7 ms against 21.9 ms), since
+		// at 4x speed the engines' wall pacing rounds to timer ticks. Only
+		// gross disagreement fails: live below a third of the simulated
+		// p50, or more than 100 ms above it.
+		if l, s := *live.TTFTP50S, *sim.TTFTP50S; l < s/3 || l > s+0.100 {
+			t.Errorf("TTFT p50: sim %.4f s, live %.4f s: want live between a third of sim and sim + 100 ms", s, l)
 		}
 	})
 }
