@@ -181,8 +181,8 @@ func TestSimulateAgreesWithLive(t *testing.T) {
 		// model: HTTP, a 4,400-token JSON prompt, SSE, timer wake-ups
 		// (measured: live 43 ms p50 against 22 ms simulated, more when
 		// CI's cores are busy). On a quiet machine live can also come in
-		// under the simulation (seen: live 11.7 ms against 21.9 ms), since
-		// at 4x speed the engines' wall pacing rounds to timer ticks. Only
+		// under the simulation (seen: live 11.7 ms against 21.9 ms; why is
+		// not yet explained, and it is worth finding out). Only
 		// gross disagreement fails: live below a third of the simulated
 		// p50, or more than 100 ms above it.
 		if l, s := *live.TTFTP50S, *sim.TTFTP50S; l < s/3 || l > s+0.100 {
