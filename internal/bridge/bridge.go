@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
+	"github.com/switchyard-llm/switchyard/internal/kvxfer"
+	"github.com/switchyard-llm/switchyard/internal/node"
 )
 
 // Engines a bridge knows; they differ in their metric names.
@@ -71,6 +74,22 @@ type Config struct {
 	// worker on a server that holds workers to their permissions.
 	RegistryNoCreate bool
 
+	// KVXferAddr, for the prefill role, is where the bridge serves a
+	// kvxfer endpoint and registers it, so the frontend can measure the
+	// link from this host to a decode engine's; it serves probe payloads
+	// only (the engine's KV moves by its own connector). "" serves none.
+	// A decode bridge answers the frontend's probes on HTTPAddr.
+	KVXferAddr      string
+	KVXferServerTLS *tls.Config // nil: plain TCP
+	KVXferClientTLS *tls.Config // a decode bridge dials prefill bridges with it
+	// WorkerKey is the bearer token POST /kvxfer/probe requires, and the
+	// kvxfer probe key; "" admits loopback clients only.
+	WorkerKey string
+	// Profile is the engine's timing profile (perfmodel.NewProfile from
+	// GPU and model presets), registered so the gate can predict its
+	// prefill time. Zero: none, and the gate keeps prefill local.
+	Profile bus.Profile
+
 	RebuildHold   time.Duration // 0: DefaultRebuildHold
 	ReplayTimeout time.Duration // 0: DefaultReplayTimeout
 	ScrapeEvery   time.Duration // 0: DefaultScrapeEvery
@@ -111,6 +130,8 @@ type Bridge struct {
 	sub  zmq4.Socket
 	srv  *http.Server
 	ln   net.Listener
+	xfer *kvxfer.Server // prefill role with KVXferAddr: probe payloads only
+	prob *node.Prober   // decode role with an HTTP listener
 
 	mu     sync.Mutex // guards mirror, st and the publisher's sequence (PublishStep runs under it)
 	mirror *Mirror
@@ -160,6 +181,8 @@ func (c *Config) validate() error {
 		return errors.New("bridge: no NATS connection (give --nats URL)")
 	case c.Engine != EngineVLLM && c.Engine != EngineSGLang:
 		return fmt.Errorf("bridge: engine %q: want vllm or sglang", c.Engine)
+	case c.KVXferAddr != "" && c.Role != bus.RolePrefill:
+		return fmt.Errorf("bridge: --kvxfer-addr is for --role prefill; a decode bridge answers link probes on its --http-addr")
 	}
 	if c.Role == "" {
 		c.Role = bus.RoleAggregated
@@ -213,6 +236,24 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 			return nil, fmt.Errorf("bridge: listen on %s: %w (pick another --http-addr)", cfg.HTTPAddr, err)
 		}
 	}
+	if cfg.KVXferAddr != "" {
+		// Pulls need leases, which only an engine's own KV could back, so
+		// this server answers probes and refuses every pull.
+		bb := cfg.BlockSize * cfg.KVBytesPerToken
+		if bb <= 0 || bb%8 != 0 {
+			bb = 8
+		}
+		xc := kvxfer.ServerConfig{Addr: cfg.KVXferAddr, TLS: cfg.KVXferServerTLS, BlockBytes: bb, Logger: log, ProbeKey: cfg.WorkerKey}
+		if b.xfer, err = kvxfer.NewServer(xc); err == nil {
+			err = b.xfer.Start()
+		}
+		if err != nil {
+			if b.ln != nil {
+				b.ln.Close()
+			}
+			return nil, fmt.Errorf("bridge: kvxfer on %s: %w (pick another --kvxfer-addr)", cfg.KVXferAddr, err)
+		}
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.cancel = cancel
 	b.sub = zmq4.NewSub(runCtx, zmq4.WithAutomaticReconnect(true), zmq4.WithDialerMaxRetries(-1), zmq4.WithDialerRetry(200*time.Millisecond),
@@ -238,6 +279,24 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 	b.info = bus.WorkerInfo{ID: cfg.ID, Role: cfg.Role, Model: model, HTTPURL: cfg.EngineURL, BlockSize: cfg.BlockSize,
 		KVBytesPerToken: cfg.KVBytesPerToken, KVBlocks: b.st.Load.TotalBlocks, KVEventsEnabled: true, Epoch: b.pub.Epoch(),
 		MaxModelLen: maxLen, StartedUnixMilli: time.Now().UnixMilli(), Profile: bus.Profile{Model: model, KVBytesPerToken: cfg.KVBytesPerToken}}
+	if cfg.Profile.PeakFLOPS > 0 {
+		b.info.Profile = cfg.Profile
+		if cfg.KVBytesPerToken > 0 {
+			b.info.Profile.KVBytesPerToken = cfg.KVBytesPerToken
+		}
+		if b.info.KVBytesPerToken == 0 {
+			b.info.KVBytesPerToken = cfg.Profile.KVBytesPerToken
+		}
+	} else if cfg.Role != bus.RoleAggregated {
+		log.Warn("no timing profile (give --gpu and a --model preset): the disaggregation gate cannot price remote prefill for this worker and keeps it local under auto")
+	}
+	if b.xfer != nil {
+		b.info.KVXferAddr = b.xfer.Addr()
+	}
+	if cfg.Role == bus.RoleDecode && b.ln != nil {
+		b.prob = &node.Prober{ID: cfg.ID, Key: cfg.WorkerKey, ClientTLS: cfg.KVXferClientTLS}
+		b.info.ProbeURL = b.URL()
+	}
 
 	b.goRun("zmq receive", func() error { return b.receive(runCtx) })
 	b.goRun("engine events", func() error { return b.process(runCtx) })
@@ -251,6 +310,9 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 		reg.MustRegister(metrics{b})
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		if b.prob != nil {
+			mux.HandleFunc("POST /kvxfer/probe", b.prob.Handler())
+		}
 		mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) {
 			rw.Header().Set("Content-Type", "application/json")
 			s := b.Status()
@@ -268,6 +330,9 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 		})
 	}
 	regy, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate})
+	if err == nil && b.prob != nil {
+		b.prob.SetRegistry(regy) // probes dial only registered prefill workers' kvxfer addresses
+	}
 	if err == nil {
 		var g *bus.Registration
 		if g, err = regy.Register(runCtx, b.info); err == nil {
@@ -286,6 +351,9 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 func (b *Bridge) closeEarly() {
 	b.cancel()
 	b.sub.Close()
+	if b.xfer != nil {
+		b.xfer.Close()
+	}
 	if b.ln != nil {
 		b.ln.Close()
 	}
@@ -346,6 +414,9 @@ func (b *Bridge) Close() error {
 	b.sub.Close()
 	if b.srv != nil {
 		b.srv.Close()
+	}
+	if b.xfer != nil {
+		b.xfer.Close()
 	}
 	b.wg.Wait()
 	return b.Err()

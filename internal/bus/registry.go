@@ -398,6 +398,15 @@ func CheckNetworks(w WorkerInfo, networks []netip.Prefix) error {
 	if err := check("http url", u.Host); err != nil {
 		return err
 	}
+	if w.ProbeURL != "" {
+		u, err := url.Parse(w.ProbeURL)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("bus: worker %s: probe url %q does not parse", w.ID, w.ProbeURL)
+		}
+		if err := check("probe url", u.Host); err != nil {
+			return err
+		}
+	}
 	if w.KVXferAddr != "" {
 		return check("kvxfer address", w.KVXferAddr)
 	}

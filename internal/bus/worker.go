@@ -42,11 +42,14 @@ type Profile struct {
 // WorkerInfo is a worker's entry in the registry: everything the frontend
 // needs to route to it, index its events and gate disaggregation on it.
 type WorkerInfo struct {
-	ID               string  `json:"id"`
-	Role             string  `json:"role"`
-	Model            string  `json:"model"`
-	HTTPURL          string  `json:"http_url"`
-	KVXferAddr       string  `json:"kvxfer_addr,omitempty"`
+	ID         string `json:"id"`
+	Role       string `json:"role"`
+	Model      string `json:"model"`
+	HTTPURL    string `json:"http_url"`
+	KVXferAddr string `json:"kvxfer_addr,omitempty"`
+	// ProbeURL is where POST /kvxfer/probe is served when not at HTTPURL:
+	// a bridge's own listener in front of a real engine. "" means HTTPURL.
+	ProbeURL         string  `json:"probe_url,omitempty"`
 	BlockSize        int     `json:"block_size"`
 	KVBytesPerToken  int     `json:"kv_bytes_per_token"`
 	KVBlocks         int     `json:"kv_blocks"`

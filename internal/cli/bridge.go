@@ -11,6 +11,8 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/bridge"
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/node"
+	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 )
 
 // kvEventsFlag is --kv-events: a bool for the simulator (true/false), an
@@ -95,7 +97,62 @@ func parseBridgeFlags(fs *flag.FlagSet, f workerFlags, env Env) (workerFlags, in
 		}
 		b.KVBytesPerToken = n
 	}
+	b.KVXferAddr = f.node.KVXferAddr
+	if b.KVXferAddr != "" && b.Role != bus.RolePrefill {
+		return bad("--kvxfer-addr is for --role prefill; a decode bridge answers the frontend's link probes on its --http-addr")
+	}
+	if b.WorkerKey = f.node.WorkerKey; b.WorkerKey == "" {
+		b.WorkerKey = os.Getenv(envWorkerKey)
+	}
+	var w node.WorkerConfig
+	if err := applyTLS(f.tls, &w); err != nil {
+		return bad("%v", err)
+	}
+	b.KVXferServerTLS, b.KVXferClientTLS = w.KVXferServerTLS, w.KVXferClientTLS
+	if f.linkRate != "" {
+		return bad("--link-rate emulates a link for --engine sim; a bridge measures the real one")
+	}
+	var err error
+	if b.Profile, err = bridgeProfile(f, set); err != nil {
+		return bad("%v", err)
+	}
 	return f, -1
+}
+
+// bridgeProfile is a bridged engine's timing profile from --gpu (and --tp,
+// --max-num-batched-tokens) with the model preset --timing-model, or --model
+// when that names a preset; zero without --gpu.
+func bridgeProfile(f workerFlags, set map[string]bool) (bus.Profile, error) {
+	if !set["gpu"] {
+		if f.timingModel != "" {
+			return bus.Profile{}, fmt.Errorf("--timing-model needs --gpu: the timing profile is the model preset on that GPU preset")
+		}
+		return bus.Profile{}, nil
+	}
+	name := f.timingModel
+	if name == "" && set["model"] {
+		name = f.node.Sim.Model
+	}
+	if name == "" {
+		return bus.Profile{}, fmt.Errorf("--gpu %s gives the engine a timing profile but no model preset names its model: add --timing-model (one of %v)", f.node.Sim.GPU, perfmodel.ModelNames())
+	}
+	m, err := perfmodel.LookupModel(name)
+	if err != nil {
+		return bus.Profile{}, fmt.Errorf("--timing-model: %w", err)
+	}
+	g, err := perfmodel.LookupGPU(f.node.Sim.GPU)
+	if err != nil {
+		return bus.Profile{}, fmt.Errorf("--gpu: %w", err)
+	}
+	tp := f.node.Sim.TP
+	if tp == 0 {
+		if tp, err = perfmodel.DefaultTP(m, g, f.node.Sim.GPUMemoryUtilization); err != nil {
+			return bus.Profile{}, fmt.Errorf("--gpu: %w (give --tp)", err)
+		}
+	}
+	p := perfmodel.NewProfile(m, g, tp)
+	p.MaxBatchTokens = f.node.Sim.MaxNumBatchedTokens
+	return p, nil
 }
 
 func runBridge(ctx context.Context, f workerFlags, env Env) int {
@@ -148,6 +205,17 @@ func runBridge(ctx context.Context, f workerFlags, env Env) int {
 	}
 	fmt.Fprintf(env.Stderr, "switchyard worker %s (%s, %s, max_model_len %d, %d KV blocks of %d tokens)\n  events %s, %s\n",
 		info.ID, info.Role, info.Model, info.MaxModelLen, info.KVBlocks, info.BlockSize, events, replay)
+	if p := info.Profile; p.PeakFLOPS > 0 {
+		fmt.Fprintf(env.Stderr, "  timing profile: %s on %d × %s (presets; the gate predicts prefill from it)\n", p.Model, p.TP, p.GPU)
+	} else if info.Role != bus.RoleAggregated {
+		fmt.Fprintln(env.Stderr, "  no timing profile: the gate cannot price remote prefill for this worker and keeps it local (give --gpu and --timing-model)")
+	}
+	if info.KVXferAddr != "" {
+		fmt.Fprintf(env.Stderr, "  kvxfer on %s (link probes only)\n", info.KVXferAddr)
+	}
+	if info.ProbeURL != "" {
+		fmt.Fprintf(env.Stderr, "  answers link probes at %s/kvxfer/probe\n", info.ProbeURL)
+	}
 	fmt.Fprintf(env.Stdout, "ready: %s (bridge %s)\n", info.HTTPURL, b.URL())
 	select {
 	case <-ctx.Done():

@@ -35,6 +35,7 @@ type workerFlags struct {
 	replay    string
 	// --model-config and --kv-cache-dtype: a bridge's KV bytes per token.
 	modelConfig, kvCacheDtype string
+	timingModel               string // --timing-model: a bridge's model preset for its timing profile
 	tls                       kvxfer.TLSFiles
 	node                      node.WorkerConfig
 }
@@ -59,12 +60,13 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.IntVar(&f.bridge.MaxModelLen, "max-model-len", 0, "vllm/sglang: expected max_model_len (0: the engine's); a mismatch refuses to start")
 	fs.IntVar(&f.bridge.KVBytesPerToken, "kv-bytes-per-token", 0, "vllm/sglang: KV cache bytes per token, for the disaggregation gate (2 × layers × KV heads × head dim × dtype bytes)")
 	fs.StringVar(&f.modelConfig, "model-config", "", "vllm/sglang: the model's HuggingFace config.json, to derive --kv-bytes-per-token from layers, KV heads, head dim and dtype")
+	fs.StringVar(&f.timingModel, "timing-model", "", "vllm/sglang with --gpu: the model preset whose timing, on --gpu × --tp, the gate predicts prefill with (default: --model when it names a preset)")
 	fs.StringVar(&f.kvCacheDtype, "kv-cache-dtype", "", "vllm/sglang with --model-config: the engine's --kv-cache-dtype when not the model's dtype (fp8 → 1 byte)")
 	fs.DurationVar(&f.bridge.RebuildHold, "kv-rebuild-hold", bridge.DefaultRebuildHold, "vllm/sglang: after engine events were lost for good, route this worker approximately for this long")
 	fs.StringVar(&f.wire, "kv-events-wire", "", "sim: vllm publishes KV events on ZMQ exactly as vLLM 0.26 does (for a bridge) instead of on NATS")
 	fs.BoolVar(&f.wireArr, "kv-events-array", false, "sim with --kv-events-wire vllm: send events as tagged arrays, as vLLM before 0.26 and SGLang do")
 	fs.BoolVar(&f.wireOld, "kv-replay-legacy", false, "sim with --kv-events-wire vllm: answer replay in the pre-0.26 layout [\"\", seq, payload]")
-	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port)")
+	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port); vllm/sglang: serve link probes here so the frontend can measure this host's link to decode engines")
 	tlsFlags(fs, &f.tls)
 	fs.StringVar(&f.node.WorkerKey, "worker-key", "", "require this bearer token on POST /reset_prefix_cache and /kvxfer/probe (default: $"+envWorkerKey+"; without one they admit loopback clients only)")
 	fs.StringVar(&f.linkRate, "link-rate", "", "prefill role: emulate the link to decode workers at this rate, e.g. 1gbit (in-process token bucket)")

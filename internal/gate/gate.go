@@ -50,13 +50,17 @@ const (
 	ReasonModeNever       Reason = "mode_never"
 	ReasonModeAlways      Reason = "mode_always"
 	ReasonNoPrefillWorker Reason = "no_prefill_worker"
+	// ReasonNoProfile: a worker of the pair registered no timing profile
+	// (a bridged engine started without --gpu), so neither path can be
+	// priced and prefill stays local.
+	ReasonNoProfile Reason = "no_timing_profile"
 )
 
 var (
 	allModes   = []Mode{ModeAuto, ModeNever, ModeAlways}
 	allChoices = []Choice{ChoiceLocal, ChoiceRemote}
 	allReasons = []Reason{ReasonRemoteFaster, ReasonITLProtect, ReasonLocalFaster, ReasonLinkUnmeasured,
-		ReasonModeNever, ReasonModeAlways, ReasonNoPrefillWorker}
+		ReasonModeNever, ReasonModeAlways, ReasonNoPrefillWorker, ReasonNoProfile}
 )
 
 // Defaults; the package comment says why.
@@ -112,6 +116,9 @@ type Input struct {
 	DecodeStepD     time.Duration // D's current decode step time
 	ChunkTokensD    int           // D's prefill chunk budget (max_num_batched_tokens); 0: unchunked
 	Link            Link          // P → D
+	// Unpriced names a worker of the pair with no timing profile; the
+	// gate then cannot compare the paths and keeps prefill local.
+	Unpriced string
 }
 
 // Decision is the gate's answer and its whole explanation.
@@ -276,6 +283,8 @@ func (g *Gate) Predict(in Input) Decision {
 		d.Choice, d.Reason = ChoiceLocal, ReasonModeNever
 	case d.Mode == ModeAlways:
 		d.Choice, d.Reason = ChoiceRemote, ReasonModeAlways
+	case in.Unpriced != "":
+		d.Choice, d.Reason = ChoiceLocal, ReasonNoProfile
 	case !d.LinkMeasured:
 		d.Choice, d.Reason = ChoiceLocal, ReasonLinkUnmeasured
 	case float64(d.TRemote) < (1-g.cfg.Margin)*float64(d.TLocal):

@@ -52,6 +52,12 @@ func InputFor(mode Mode, n, cachedD, cachedP int, d, p WorkerView) Input {
 		pp := p.Profile
 		in.PrefillP = func(nt, ct int) time.Duration { return perfmodel.PrefillTime(&pp, nt, ct) }
 		in.Link = Link{From: p.ID, To: d.ID}
+		switch {
+		case dp.PeakFLOPS <= 0:
+			in.Unpriced = d.ID
+		case pp.PeakFLOPS <= 0:
+			in.Unpriced = p.ID
+		}
 		if l := p.Load; l != nil {
 			in.QueueP = perfmodel.PrefillTime(&pp, l.QueuedPrefillTokens, 0)
 		}

@@ -536,7 +536,11 @@ func (f *Frontend) probe(ctx context.Context, p, d bus.WorkerInfo, nbytes int64)
 	f.probeMu.Lock()
 	defer f.probeMu.Unlock()
 	body, _ := json.Marshal(ProbeRequest{EngineID: p.ID, Addr: p.KVXferAddr, Bytes: nbytes})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.HTTPURL+"/kvxfer/probe", bytesReader(body))
+	base := d.HTTPURL
+	if d.ProbeURL != "" {
+		base = d.ProbeURL // a bridge answers for the real engine behind it
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/kvxfer/probe", bytesReader(body))
 	if err != nil {
 		return out, err
 	}

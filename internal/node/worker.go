@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -74,9 +73,9 @@ type Worker struct {
 	wire  *vllmpub.Publisher // the simulator speaking vLLM's ZMQ wire, or nil
 	regMu sync.Mutex         // guards reg: a failing goroutine may stop the worker while it registers
 	reg   *bus.Registration
-	// peers is the registry a decode worker vets KV transfer
-	// addresses against; nil until registered, and always nil standalone.
-	peers  atomic.Pointer[bus.Registry]
+	// probe serves link probes and vets KV transfer addresses against
+	// the registry, which it has only once registered (never standalone).
+	probe  *Prober
 	url    string
 	info   bus.WorkerInfo
 	cancel context.CancelFunc
@@ -109,7 +108,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: worker %s: listen on %s: %w (pick another --http-addr)", cfg.Sim.ID, cfg.HTTPAddr, err)
 	}
-	w := &Worker{cfg: cfg, done: make(chan struct{})}
+	w := &Worker{cfg: cfg, done: make(chan struct{}), probe: &Prober{ID: cfg.Sim.ID, Key: cfg.WorkerKey, ClientTLS: cfg.KVXferClientTLS}}
 	w.url = "http://" + ln.Addr().String()
 	fail := func(err error) (*Worker, error) {
 		ln.Close()
@@ -170,7 +169,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		puller, err := kvxfer.NewPuller(kvxfer.PullerConfig{
 			TLS: cfg.KVXferClientTLS, BlockBytes: bb,
 			OnTransfer: func(t kvxfer.Transfer) { w.reportTransfer(t) },
-			Allow:      w.allowKVXfer,
+			Allow:      w.probe.Allow,
 		})
 		if err != nil {
 			return fail(err)
@@ -190,7 +189,8 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 
 	mux := http.NewServeMux()
 	simHandler := w.sim.Handler()
-	mux.HandleFunc("POST /kvxfer/probe", w.keyed(w.serveProbe))
+	w.probe.BlockBytes = w.sim.BlockBytes()
+	mux.HandleFunc("POST /kvxfer/probe", w.probe.Handler())
 	mux.Handle("POST /reset_prefix_cache", w.keyed(simHandler.ServeHTTP))
 	mux.Handle("/", simHandler)
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -216,7 +216,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		if err == nil && simCfg.Role == bus.RoleDecode {
 			// The registry is the only source of addresses a decode
 			// worker may dial for KV transfers and probes.
-			w.peers.Store(reg)
+			w.probe.SetRegistry(reg)
 		}
 		if err == nil {
 			var g *bus.Registration
@@ -304,11 +304,15 @@ type ProbeResponse struct {
 // "Authorization: Bearer <key>" (scheme case-insensitive, RFC 7235); without
 // one, a loopback client.
 func (w *Worker) keyed(h http.HandlerFunc) http.HandlerFunc {
+	return keyed(w.cfg.Sim.ID, w.cfg.WorkerKey, h)
+}
+
+func keyed(id, key string, h http.HandlerFunc) http.HandlerFunc {
 	return func(rw http.ResponseWriter, r *http.Request) {
-		if !workerAuthorized(r, w.cfg.WorkerKey) {
-			msg := "worker " + w.cfg.Sim.ID + ": this endpoint needs Authorization: Bearer <worker key> (the frontend's --worker-key)"
-			if w.cfg.WorkerKey == "" {
-				msg = "worker " + w.cfg.Sim.ID + ": this endpoint admits loopback clients only; set --worker-key on the worker and the frontend"
+		if !workerAuthorized(r, key) {
+			msg := "worker " + id + ": this endpoint needs Authorization: Bearer <worker key> (the frontend's --worker-key)"
+			if key == "" {
+				msg = "worker " + id + ": this endpoint admits loopback clients only; set --worker-key on the worker and the frontend"
 			}
 			openai.WriteError(rw, http.StatusUnauthorized, openai.TypeAuthentication, "", msg)
 			return
@@ -325,63 +329,6 @@ func workerAuthorized(r *http.Request, key string) bool {
 	}
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(key)) == 1
-}
-
-// allowKVXfer admits a KV transfer address only when it is the registered
-// kvxfer address of prefill worker engineID, as the registry says now: a
-// request's remote_host/remote_port, or a probe's addr, must not make this
-// worker dial anything else.
-func (w *Worker) allowKVXfer(engineID, addr string) error {
-	reg := w.peers.Load()
-	if reg == nil {
-		return fmt.Errorf("node: worker %s is not registered on the bus, so it knows no prefill worker it may pull from; refusing to dial %s", w.cfg.Sim.ID, addr)
-	}
-	if engineID == "" {
-		return fmt.Errorf("node: no remote_engine_id (or probe engine_id) names the prefill worker at %s; refusing to dial it", addr)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	p, ok, err := reg.Get(ctx, engineID)
-	switch {
-	case err != nil:
-		return fmt.Errorf("node: cannot check %s against the registry, so refusing to dial it: %w", addr, err)
-	case !ok:
-		return fmt.Errorf("node: %q is not a registered worker; refusing to dial %s", engineID, addr)
-	case p.Role != bus.RolePrefill || p.KVXferAddr != addr:
-		return fmt.Errorf("node: %s is not the kvxfer address of registered prefill worker %q; refusing to dial it", addr, engineID)
-	}
-	return nil
-}
-
-// serveProbe runs a kvxfer probe against another worker's transfer server:
-// the bytes travel the real path a KV pull to this worker would take.
-func (w *Worker) serveProbe(rw http.ResponseWriter, r *http.Request) {
-	var req ProbeRequest
-	if err := json.NewDecoder(http.MaxBytesReader(rw, r.Body, 4096)).Decode(&req); err != nil || req.Addr == "" || req.Bytes <= 0 || req.EngineID == "" {
-		http.Error(rw, `{"error":{"message":"want {\"engine_id\": prefill worker id, \"addr\": its kvxfer host:port, \"bytes\": n > 0}","type":"invalid_request_error","code":400}}`, http.StatusBadRequest)
-		return
-	}
-	if err := w.allowKVXfer(req.EngineID, req.Addr); err != nil {
-		openai.WriteError(rw, http.StatusForbidden, openai.TypeInvalidRequest, "addr", err.Error())
-		return
-	}
-	c, err := kvxfer.Dial(r.Context(), req.Addr, kvxfer.ClientConfig{TLS: w.cfg.KVXferClientTLS, BlockBytes: w.sim.BlockBytes(), ProbeKey: w.cfg.WorkerKey})
-	if err == nil {
-		defer c.Close()
-		start := time.Now()
-		var bps float64
-		var rtt time.Duration
-		bps, rtt, err = c.Probe(r.Context(), req.Bytes)
-		if err == nil {
-			rw.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(rw).Encode(ProbeResponse{Bytes: req.Bytes, Seconds: time.Since(start).Seconds(), BytesPerSec: bps, RTTMillis: float64(rtt) / 1e6})
-			return
-		}
-	}
-	msg, _ := json.Marshal(err.Error())
-	rw.Header().Set("Content-Type", "application/json")
-	rw.WriteHeader(http.StatusBadGateway)
-	fmt.Fprintf(rw, `{"error":{"message":%s,"type":"server_error","code":502}}`, msg)
 }
 
 // URL is the worker's HTTP base URL.
