@@ -236,6 +236,14 @@ func TestCheckNetworks(t *testing.T) {
 			t.Errorf("%s: CheckNetworks = %v, want ok=%v", tc.name, err, tc.ok)
 		}
 	}
+	// A bridge's probe URL is dialled with the worker key: it is held to
+	// the networks too.
+	if err := CheckNetworks(WorkerInfo{ID: "b", HTTPURL: "http://10.1.2.3:8000", ProbeURL: "http://192.0.2.7:8101"}, nets); err == nil {
+		t.Error("probe url outside the networks accepted")
+	}
+	if err := CheckNetworks(WorkerInfo{ID: "b", HTTPURL: "http://10.1.2.3:8000", ProbeURL: "http://10.1.2.3:8101"}, nets); err != nil {
+		t.Errorf("probe url inside: %v", err)
+	}
 	if err := CheckNetworks(WorkerInfo{ID: "w", HTTPURL: "http://192.0.2.1:1"}, nil); err != nil {
 		t.Errorf("no networks: %v", err)
 	}
