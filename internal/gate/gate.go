@@ -130,7 +130,11 @@ type Decision struct {
 	// excludes the transfer when the link is unmeasured.
 	TLocal, TRemote time.Duration
 	TransferBytes   int64         // (n − h_D) · kv_bytes_per_token
-	TransferTime    time.Duration // TransferBytes / B + rtt; 0 when unmeasured
+	TransferTime    time.Duration // TransferBytes / B + rtt + the link wait beyond P's own; 0 when unmeasured
+	// LinkBacklog is how long the bytes earlier remote decisions committed
+	// to P's link still need at rate B (Decide only; Predict assumes an
+	// idle link).
+	LinkBacklog     time.Duration
 	StallD          time.Duration // extra ITL D's running decodes suffer under local prefill
 	ITLD            time.Duration // D's predicted ITL during a local prefill
 	LinkBytesPerSec float64
@@ -226,18 +230,34 @@ func (g *Gate) Config() Config { return g.cfg }
 func (g *Gate) Links() *LinkEstimator { return g.links }
 
 // Decide chooses where to prefill and explains why. It does no I/O and does
-// not allocate; it counts the decision in the metrics.
+// not allocate; it counts the decision in the metrics. It prices the
+// transfer behind the bytes earlier remote decisions committed to P's link
+// and, when it chooses remote on a measured link, commits this request's
+// bytes there too, atomically, so concurrent requests see each other.
 func (g *Gate) Decide(in Input) Decision {
-	d := g.Predict(in)
+	e := g.links
+	e.mu.Lock()
+	d := g.predict(in, true)
+	if d.Choice == ChoiceRemote && d.LinkMeasured && d.TransferBytes > 0 {
+		e.commitLocked(in.Link.From, time.Duration(float64(d.TransferBytes)/d.LinkBytesPerSec*float64(time.Second)))
+	}
+	e.mu.Unlock()
 	g.counter[counterKey{d.Mode, d.Choice, d.Reason}].Inc()
 	return d
 }
 
 func clamp(v, hi int) int { return max(0, min(v, hi)) }
 
-// Predict is Decide without counting the decision: for what-if questions
-// such as preflight's disaggregation math.
+// Predict is Decide without counting or committing the decision, on an
+// idle link: for what-if questions such as preflight's disaggregation math.
 func (g *Gate) Predict(in Input) Decision {
+	g.links.mu.RLock()
+	defer g.links.mu.RUnlock()
+	return g.predict(in, false)
+}
+
+// predict is the model; the caller holds g.links.mu.
+func (g *Gate) predict(in Input, backlog bool) Decision {
 	n := max(0, in.PromptTokens)
 	hD, hP := clamp(in.CachedD, n), clamp(in.CachedP, n)
 	newD, newP := n-hD, n-hP
@@ -267,11 +287,19 @@ func (g *Gate) Predict(in Input) Decision {
 		if newP > 0 {
 			prefillP = in.PrefillP(newP, hP)
 		}
-		d.TRemote = in.QueueP + prefillP
-		d.LinkBytesPerSec, d.RTT, d.LinkMeasured = g.links.Estimate(in.Link.From, in.Link.To)
+		wait := in.QueueP + prefillP
+		d.TRemote = wait
+		if s, ok := g.links.links[in.Link]; ok && s.measured {
+			d.LinkBytesPerSec, d.RTT, d.LinkMeasured = s.bps, s.rtt, true
+		}
 		if d.LinkMeasured {
+			if backlog {
+				d.LinkBacklog = g.links.backlogLocked(in.Link.From)
+			}
+			// The bytes flow once P is done and the link has drained what
+			// was committed before them, whichever is later.
 			secs := float64(d.TransferBytes) / d.LinkBytesPerSec
-			d.TransferTime = time.Duration(math.Min(secs, 1e9)*float64(time.Second)) + d.RTT
+			d.TransferTime = max(0, d.LinkBacklog-wait) + time.Duration(math.Min(secs, 1e9)*float64(time.Second)) + d.RTT
 			d.TRemote += d.TransferTime
 		}
 	}

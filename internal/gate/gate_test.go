@@ -301,3 +301,54 @@ func BenchmarkDecide(b *testing.B) {
 		g.Decide(in)
 	}
 }
+
+// TestLinkBacklog pins the link-sharing fix: a link already carrying earlier
+// remote prefills' KV makes the next request stay local when the same
+// request alone would go remote, and the link frees up as its backlog drains.
+func TestLinkBacklog(t *testing.T) {
+	now := time.Unix(1000, 0)
+	g := newGate(t, Config{Clock: func() time.Time { return now }})
+	const bps = 1.25e9 // 10 Gbit/s
+	g.Links().ObserveProbe("p0", "d0", bps, 0)
+	// 1,000 tokens: 131 MB, 105 ms on the link; 500 ms to prefill on D,
+	// 100 ms on P. Alone: remote 205 ms < 0.9 × 500 ms.
+	in := Input{
+		PromptTokens: 1000, KVBytesPerToken: llamaKVBytes,
+		PrefillD: linearPrefill(500 * time.Microsecond), PrefillP: linearPrefill(100 * time.Microsecond),
+		Link: Link{"p0", "d0"},
+	}
+	xfer := time.Duration(float64(1000*llamaKVBytes) / bps * float64(time.Second))
+	for i := range 4 {
+		d := g.Decide(in)
+		if d.Choice != ChoiceRemote || d.Reason != ReasonRemoteFaster {
+			t.Fatalf("request %d with %v already on the link: %s, want remote (remote_faster)", i, d.LinkBacklog, d)
+		}
+		if want := time.Duration(i) * xfer; !approx(d.LinkBacklog, want, 0.001) {
+			t.Errorf("request %d: backlog %v, want %v", i, d.LinkBacklog, want)
+		}
+	}
+	// Four transfers (420 ms) ahead: remote ≈ 420 + 105 ms > 450 ms.
+	d := g.Decide(in)
+	if d.Choice != ChoiceLocal || d.Reason != ReasonLocalFaster {
+		t.Fatalf("fifth request behind 4 transfers: %s, want local (local_faster)", d)
+	}
+	if want := 5*xfer - 100*time.Millisecond; !approx(d.TransferTime, want, 0.001) {
+		t.Errorf("transfer time %v, want %v (backlog beyond P's prefill + own bytes)", d.TransferTime, want)
+	}
+	// A what-if question assumes an idle link; a local choice commits nothing.
+	if p := g.Predict(in); p.Choice != ChoiceRemote || p.LinkBacklog != 0 {
+		t.Errorf("Predict: %s backlog %v, want remote on an idle link", p, p.LinkBacklog)
+	}
+	if b := g.Links().Backlog("p0"); !approx(b, 4*xfer, 0.001) {
+		t.Errorf("backlog %v after a local choice, want %v", b, 4*xfer)
+	}
+	// Once the link has drained, the request goes remote again.
+	now = now.Add(4 * xfer)
+	if d := g.Decide(in); d.Choice != ChoiceRemote || d.LinkBacklog != 0 {
+		t.Errorf("after the backlog drained: %s backlog %v, want remote", d, d.LinkBacklog)
+	}
+	g.Links().Forget("p0")
+	if b := g.Links().Backlog("p0"); b != 0 {
+		t.Errorf("backlog %v after Forget, want 0", b)
+	}
+}

@@ -30,12 +30,16 @@ type LinkEstimator struct {
 	now          func() time.Time
 	gauge        *prometheus.GaugeVec
 
-	mu    sync.RWMutex // guards links
+	mu    sync.RWMutex // guards links and busy
 	links map[Link]*linkState
+	// busy is, per prefill worker, when the KV bytes the gate has already
+	// sent remote from it finish crossing its link, drained at the measured
+	// rate (the package comment's link backlog).
+	busy map[string]time.Time
 }
 
 func newLinkEstimator(alpha float64, probeTimeout time.Duration, now func() time.Time, gauge *prometheus.GaugeVec) *LinkEstimator {
-	return &LinkEstimator{alpha: alpha, probeTimeout: probeTimeout, now: now, gauge: gauge, links: make(map[Link]*linkState)}
+	return &LinkEstimator{alpha: alpha, probeTimeout: probeTimeout, now: now, gauge: gauge, links: make(map[Link]*linkState), busy: make(map[string]time.Time)}
 }
 
 func (e *LinkEstimator) state(l Link) *linkState {
@@ -110,6 +114,30 @@ func (e *LinkEstimator) Estimate(from, to string) (bytesPerSec float64, rtt time
 	return s.bps, s.rtt, true
 }
 
+// Backlog returns how long the bytes already committed to the prefill
+// worker's outbound link (by remote decisions of this gate) still need to
+// drain at the measured rate; 0 when the link is idle.
+func (e *LinkEstimator) Backlog(from string) time.Duration {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return e.backlogLocked(from)
+}
+
+func (e *LinkEstimator) backlogLocked(from string) time.Duration {
+	return max(0, e.busy[from].Sub(e.now()))
+}
+
+// commitLocked queues bytes on from's outbound link behind its backlog.
+// Caller holds mu for writing.
+func (e *LinkEstimator) commitLocked(from string, transfer time.Duration) {
+	now := e.now()
+	start := e.busy[from]
+	if start.Before(now) {
+		start = now
+	}
+	e.busy[from] = start.Add(transfer)
+}
+
 // NeedsProbe reports whether the link is unmeasured and no probe of it is
 // running (a probe that has run longer than the probe timeout counts as
 // lost).
@@ -154,6 +182,7 @@ type LinkEstimate struct {
 func (e *LinkEstimator) Forget(worker string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.busy, worker)
 	for l := range e.links {
 		if l.From == worker || l.To == worker {
 			delete(e.links, l)
