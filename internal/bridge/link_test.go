@@ -123,7 +123,7 @@ func TestBridgesLinkPricedByGate(t *testing.T) {
 
 	// d2 registered no timing profile: the gate cannot price the pair.
 	postJSON(t, fe.URL()+"/admin/disagg/predict", `{"prompt_tokens":[8192],"prefill":"p1","decode":"d2"}`, &p)
-	if len(p.Predictions) != 1 || p.Predictions[0].Choice != "local" || p.Predictions[0].Reason != "no_timing_profile" {
+	if len(p.Predictions) != 1 || p.Predictions[0].Choice != "local" || p.Predictions[0].Reason != "no_timing_profile" || p.Predictions[0].LocalTTFTS < 0 {
 		t.Errorf("p1 → d2 without a timing profile: %+v, want local (no_timing_profile)", p.Predictions)
 	}
 }

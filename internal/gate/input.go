@@ -34,12 +34,12 @@ type WorkerLoad struct {
 func InputFor(mode Mode, n, cachedD, cachedP int, d, p WorkerView) Input {
 	in := Input{Mode: mode, PromptTokens: n, CachedD: cachedD, CachedP: cachedP, KVBytesPerToken: int64(d.KVBytesPerToken)}
 	dp := d.Profile
-	in.PrefillD = func(nt, ct int) time.Duration { return perfmodel.PrefillTime(&dp, nt, ct) }
+	in.PrefillD = func(nt, ct int) time.Duration { return prefillTime(&dp, nt, ct) }
 	in.ChunkTokensD = dp.MaxBatchTokens
 	if l := d.Load; l != nil {
-		in.QueueD = perfmodel.PrefillTime(&dp, l.QueuedPrefillTokens, 0)
+		in.QueueD = prefillTime(&dp, l.QueuedPrefillTokens, 0)
 		in.RunningDecodesD = l.Running
-		if l.Running > 0 {
+		if l.Running > 0 && dp.PeakFLOPS > 0 {
 			var w perfmodel.Work
 			ctx := l.ActiveDecodeBlocks * d.BlockSize / l.Running
 			for i := 0; i < l.Running; i++ {
@@ -50,7 +50,7 @@ func InputFor(mode Mode, n, cachedD, cachedP int, d, p WorkerView) Input {
 	}
 	if p.ID != "" {
 		pp := p.Profile
-		in.PrefillP = func(nt, ct int) time.Duration { return perfmodel.PrefillTime(&pp, nt, ct) }
+		in.PrefillP = func(nt, ct int) time.Duration { return prefillTime(&pp, nt, ct) }
 		in.Link = Link{From: p.ID, To: d.ID}
 		switch {
 		case dp.PeakFLOPS <= 0:
@@ -59,8 +59,18 @@ func InputFor(mode Mode, n, cachedD, cachedP int, d, p WorkerView) Input {
 			in.Unpriced = p.ID
 		}
 		if l := p.Load; l != nil {
-			in.QueueP = perfmodel.PrefillTime(&pp, l.QueuedPrefillTokens, 0)
+			in.QueueP = prefillTime(&pp, l.QueuedPrefillTokens, 0)
 		}
 	}
 	return in
+}
+
+// prefillTime is perfmodel.PrefillTime, or 0 for a worker with no timing
+// profile (whose zero rates would divide by zero); such a pair is marked
+// Unpriced and never decided on these times.
+func prefillTime(p *bus.Profile, newTokens, cachedTokens int) time.Duration {
+	if p.PeakFLOPS <= 0 {
+		return 0
+	}
+	return perfmodel.PrefillTime(p, newTokens, cachedTokens)
 }
