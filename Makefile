@@ -22,7 +22,7 @@ unit:
 # client, installed here from the npm registry at the versions the committed
 # lockfile pins (npm ci: reproducible, and it never rewrites the lockfile).
 e2e-deps:
-	@command -v npm >/dev/null || { echo "make: npm not found: the end-to-end tests need Node.js >= 20 and npm (Debian: apt-get install nodejs npm)" >&2; exit 1; }
+	@scripts/test-deps.sh
 	@if [ -d test/e2e/client ]; then cd test/e2e/client && npm ci --no-audit --no-fund --loglevel=error; fi
 
 e2e: build e2e-deps tokenizer-deps
