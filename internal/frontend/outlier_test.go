@@ -4,10 +4,14 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // frozenWorker is a worker whose process is stopped (SIGSTOP): the kernel
@@ -92,12 +96,7 @@ func TestEjectedWorkerProbedBackIn(t *testing.T) {
 	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
 	wa := a.worker(RoleAggregated)
 	// Reserve an address that refuses connections, then serve on it later.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr, listen := refusingAddr(t)
 	wa.URL = "http://" + addr
 	h := newHarness(t, Config{EjectProbeEvery: 50 * time.Millisecond}, Deps{}, wa, b.worker(RoleAggregated))
 	h.router.prefer = []string{"w-a"}
@@ -116,10 +115,7 @@ func TestEjectedWorkerProbedBackIn(t *testing.T) {
 		t.Errorf("an ejected worker was tried again (worker %q, retries %v → %v)", resp.Header.Get(HeaderWorker), retries, value(t, h.s.m.retries))
 	}
 	// Bring w-a up on its address: the probe must put it back.
-	ln, err = net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("address %s taken meanwhile: %v", addr, err)
-	}
+	ln := listen()
 	srv := &http.Server{Handler: a.srv.Config.Handler}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -165,5 +161,48 @@ func TestCancelWorkerRetriesElsewhere(t *testing.T) {
 	}
 	if got := value(t, h.s.m.errors.WithLabelValues(errKindWorkerGone)); got != 1 {
 		t.Errorf("errors{worker_gone} = %v, want 1", got)
+	}
+}
+
+// refusingAddr reserves a loopback address on which connections are refused:
+// a socket bound with SO_REUSEPORT but not listening holds the port, so no
+// other test or process can take it. listen opens a second SO_REUSEPORT
+// socket on it that accepts, then lets the reservation go. (Closing a probe
+// listener and binding again later let another bind take the port between.)
+func refusingAddr(t testing.TB) (addr string, listen func() net.Listener) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := func() { syscall.Close(fd) }
+	t.Cleanup(release)
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	return addr, func() net.Listener {
+		t.Helper()
+		lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			if err := c.Control(func(s uintptr) {
+				serr = syscall.SetsockoptInt(int(s), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		ln, err := lc.Listen(context.Background(), "tcp", addr)
+		if err != nil {
+			t.Fatalf("listen on the reserved %s: %v", addr, err)
+		}
+		return ln
 	}
 }

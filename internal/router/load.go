@@ -113,18 +113,10 @@ func (t *tracker) firstToken(worker, requestID string) {
 func (t *tracker) finished(worker, requestID string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.reqs[requestID]
-	if !ok || r.worker != worker {
+	r, w, ok := t.untrack(worker, requestID)
+	if !ok {
 		return
 	}
-	delete(t.reqs, requestID)
-	w := t.worker(worker)
-	if r.decoding {
-		w.tracked.ActiveDecodeBlocks -= r.blocks
-	} else {
-		w.tracked.QueuedPrefillBlocks -= r.blocks
-	}
-	w.tracked.InFlight--
 	now := t.now()
 	// A report from before its end may have caught it in either phase:
 	// queued for prefill (its prefill blocks) or decoding (every block it
@@ -147,9 +139,16 @@ func (t *tracker) finished(worker, requestID string) {
 func (t *tracker) dropped(worker, requestID string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.untrack(worker, requestID)
+}
+
+// untrack takes a request off its worker's tracked load, in whichever phase
+// it is. It reports false for a request this tracker does not hold for that
+// worker. t.mu must be held.
+func (t *tracker) untrack(worker, requestID string) (inflightReq, *workerLoad, bool) {
 	r, ok := t.reqs[requestID]
 	if !ok || r.worker != worker {
-		return
+		return inflightReq{}, nil, false
 	}
 	delete(t.reqs, requestID)
 	w := t.worker(worker)
@@ -159,6 +158,7 @@ func (t *tracker) dropped(worker, requestID string) {
 		w.tracked.QueuedPrefillBlocks -= r.blocks
 	}
 	w.tracked.InFlight--
+	return r, w, true
 }
 
 func (t *tracker) observe(worker string, r LoadReport, now time.Time) {
