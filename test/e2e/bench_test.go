@@ -27,25 +27,7 @@ func TestBenchRoutingAgainstUp(t *testing.T) {
 		t.Fatalf("bench routing: %v\n%s", err, b)
 	}
 	t.Logf("\n%s", b)
-	raw, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := os.ReadFile("../../docs/bench.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var schema map[string]any
-	if err := json.Unmarshal(sb, &schema); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range jsonschema.Validate(schema, doc) {
-		t.Errorf("schema: %s", e)
-	}
+	raw := checkBenchSchema(t, "bench report", out)
 	var rep struct {
 		Runs []struct {
 			Policy    string `json:"policy"`
@@ -116,4 +98,30 @@ func TestBenchRoutingSizesPrefixesFromDeployment(t *testing.T) {
 	if len(rep.Runs) != 2 || rep.Runs[0].Aggregate.HitRatio <= rep.Runs[1].Aggregate.HitRatio+0.1 {
 		t.Errorf("runs %+v: want kv's hit ratio at least 0.1 above round-robin's", rep.Runs)
 	}
+}
+
+// checkBenchSchema fails the test for every way the JSON report at path
+// breaks docs/bench.schema.json, and returns the report's bytes.
+func checkBenchSchema(t *testing.T, what, path string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s %s: %v", what, path, err)
+	}
+	sb, err := os.ReadFile("../../docs/bench.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(sb, &schema); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range jsonschema.Validate(schema, doc) {
+		t.Errorf("%s vs bench schema: %s", what, e)
+	}
+	return raw
 }

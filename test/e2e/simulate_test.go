@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-
-	"github.com/switchyard-llm/switchyard/internal/jsonschema"
 )
 
 const mooncakeTrace = "../../../shared/data/traces/mooncake_synthetic_trace.jsonl"
@@ -67,25 +65,7 @@ func agreement(t *testing.T, engine, workload []string) (live, sim simAggregate)
 	}
 
 	// The simulated report is bench's report: it passes bench's schema.
-	raw, err := os.ReadFile(simPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	sb, err := os.ReadFile("../../docs/bench.schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var schema map[string]any
-	if err := json.Unmarshal(sb, &schema); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range jsonschema.Validate(schema, doc) {
-		t.Errorf("simulate report vs bench schema: %s", e)
-	}
+	checkBenchSchema(t, "simulate report", simPath)
 
 	live, sim = readAggregate(t, livePath), readAggregate(t, simPath)
 	t.Logf("live: TTFT p50 %.3f s p99 %.3f s, hit %.3f, goodput %.2f req/s (%d/%d), errors %d",
