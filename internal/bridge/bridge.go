@@ -329,22 +329,18 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 			return nil
 		})
 	}
-	regy, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate})
-	if err == nil && b.prob != nil {
-		b.prob.SetRegistry(regy) // probes dial only registered prefill workers' kvxfer addresses
+	var ready func(*bus.Registry)
+	if b.prob != nil {
+		ready = b.prob.SetRegistry // probes dial only registered prefill workers' kvxfer addresses
 	}
-	if err == nil {
-		var g *bus.Registration
-		if g, err = regy.Register(runCtx, b.info); err == nil {
-			b.errMu.Lock()
-			b.reg = g
-			b.errMu.Unlock()
-		}
-	}
+	g, err := bus.Join(ctx, runCtx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate}, b.info, ready)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("bridge: register %s: %w", cfg.ID, err)
 	}
+	b.errMu.Lock()
+	b.reg = g
+	b.errMu.Unlock()
 	return b, nil
 }
 

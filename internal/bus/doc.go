@@ -5,7 +5,7 @@
 // names every subject and bucket under a namespace so deployments can share
 // one NATS (Subjects), keeps the worker registry in a JetStream key-value
 // bucket whose entries expire when a worker stops heartbeating (Registry,
-// Registration, Watcher), and carries load reports (PublishLoad,
+// Registration, Watcher; Join is a worker's open-and-register step), and carries load reports (PublishLoad,
 // RunLoadReporter, SubscribeLoad).
 //
 // Guarantees: a worker that stops refreshing its registry entry leaves every

@@ -265,6 +265,24 @@ func (r *Registry) Register(ctx context.Context, info WorkerInfo) (*Registration
 	return g, nil
 }
 
+// Join is a worker's start-up step on the bus: it opens the registry with
+// cfg (openCtx bounds only that, NoCreate's wait included), hands the open
+// registry to ready when ready is not nil, and then registers info, whose
+// entry refreshes until ctx ends or the Registration is closed. ready runs
+// before the entry is put, so whatever the worker vets against the registry
+// (the addresses a decode worker may dial) works by the time a frontend can
+// route to it.
+func Join(openCtx, ctx context.Context, cfg RegistryConfig, info WorkerInfo, ready func(*Registry)) (*Registration, error) {
+	r, err := OpenRegistry(openCtx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if ready != nil {
+		ready(r)
+	}
+	return r.Register(ctx, info)
+}
+
 func (g *Registration) loop(ctx context.Context) {
 	defer close(g.done)
 	every := g.r.ttl / 3

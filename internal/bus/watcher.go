@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchyard-llm/switchyard/internal/prom"
 )
 
 // ChangeKind says what happened to a worker in the registry view.
@@ -136,26 +137,18 @@ func (r *Registry) WatchWorkers(ctx context.Context, cfg WatchConfig) (*Watcher,
 		r: r, cfg: cfg, log: cfg.Logger, kw: kw,
 		stop: make(chan struct{}), done: make(chan struct{}),
 		entries: make(map[string]*watchEntry),
-		refusals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_registry_refusals_total",
-			Help: "Workers refused because their model or block size differs from the frontend's (or their entry is invalid).",
-		}),
-		expirySwept: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_registry_expired_total",
-			Help: "Workers dropped because their registry entry was not refreshed within the TTL.",
-		}),
+		refusals: prom.Counter("switchyard_registry_refusals_total",
+			"Workers refused because their model or block size differs from the frontend's (or their entry is invalid)."),
+		expirySwept: prom.Counter("switchyard_registry_expired_total",
+			"Workers dropped because their registry entry was not refreshed within the TTL."),
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
 	}
-	w.routable = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "switchyard_registry_workers",
-		Help: "Routable workers in the registry view.",
-	}, func() float64 { return float64(len(w.Workers())) })
-	w.refusedG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "switchyard_registry_refused_workers",
-		Help: "Registered workers currently refused.",
-	}, func() float64 { return float64(len(w.Refused())) })
+	w.routable = prom.GaugeFunc("switchyard_registry_workers",
+		"Routable workers in the registry view.", func() float64 { return float64(len(w.Workers())) })
+	w.refusedG = prom.GaugeFunc("switchyard_registry_refused_workers",
+		"Registered workers currently refused.", func() float64 { return float64(len(w.Refused())) })
 
 	// Initial values end with a nil entry.
 	var changes []Change
@@ -445,12 +438,7 @@ func (w *Watcher) Refused() []RefusedWorker {
 
 // Register adds the watcher's metrics to reg.
 func (w *Watcher) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{w.routable, w.refusedG, w.refusals, w.expirySwept} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("bus: register metrics: %w", err)
-		}
-	}
-	return nil
+	return prom.Register(reg, "bus", w.routable, w.refusedG, w.refusals, w.expirySwept)
 }
 
 // Close stops the watcher and waits for its goroutine.

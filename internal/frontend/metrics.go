@@ -1,9 +1,8 @@
 package frontend
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchyard-llm/switchyard/internal/prom"
 )
 
 // Error kinds of switchyard_errors_total.
@@ -60,75 +59,47 @@ type metrics struct {
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_requests_total",
-			Help: "Requests served by the frontend, by endpoint and HTTP status code.",
-		}, []string{"endpoint", "code"}),
+		requests: prom.CounterVec("switchyard_requests_total",
+			"Requests served by the frontend, by endpoint and HTTP status code.", "endpoint", "code"),
 		// From a sub-millisecond /health to a completion streaming for
 		// minutes.
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "switchyard_request_duration_seconds",
-			Help:    "Time from request arrival to the end of the response, by endpoint (unmatched for unknown paths and methods).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14),
-		}, []string{"endpoint"}),
+		duration: prom.HistogramVec("switchyard_request_duration_seconds",
+			"Time from request arrival to the end of the response, by endpoint (unmatched for unknown paths and methods).",
+			prometheus.ExponentialBuckets(0.001, 2.5, 14), "endpoint"),
 		// TTFT spans 10 ms (cached, short prompt) to minutes (the field
 		// report's 3.4 s KV move, queued long prompts).
-		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "switchyard_ttft_seconds",
-			Help:    "Time from request arrival at the frontend to the first content chunk relayed.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
-		}),
+		ttft: prom.Histogram("switchyard_ttft_seconds",
+			"Time from request arrival at the frontend to the first content chunk relayed.",
+			prometheus.ExponentialBuckets(0.005, 2, 16)),
 		// Decode steps take ~5–100 ms on real GPUs; the simulated engine can be faster.
-		itl: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "switchyard_itl_seconds",
-			Help:    "Gap between consecutive content chunks relayed to the client.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}),
-		cacheHit: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_cache_hit_tokens_total",
-			Help: "Prompt tokens served from the prefix cache, from the usage workers report.",
-		}),
-		promptToks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_prompt_tokens_total",
-			Help: "Prompt tokens, from the usage workers report.",
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_errors_total",
-			Help: "Frontend errors by kind.",
-		}, []string{"kind"}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_retries_total",
-			Help: "Requests retried on another worker after a failure before the first byte.",
-		}),
-		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_prefill_fallbacks_total",
-			Help: "Remote prefills that failed and fell back to local prefill on the decode worker.",
-		}),
-		ejections: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_worker_ejections_total",
-			Help: "Workers ejected from routing after consecutive connect failures or a timeout (probed back in).",
-		}),
-		cancelled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_worker_gone_cancels_total",
-			Help: "Requests in flight cancelled because their worker left the registry without deregistering.",
-		}),
-		connRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "switchyard_client_connections_refused_total",
-			Help: "Client connections answered 503 and closed because MaxConnections were open.",
-		}),
-		workerRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_worker_requests_total",
-			Help: "Requests sent to each worker, by outcome: ok, rejected (worker 4xx), error, timeout or canceled. A retried request counts once per worker tried.",
-		}, []string{"worker", "outcome"}),
-		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchyard_shed_total",
-			Help: "Requests refused with 429 by load shedding: scope global (--max-inflight) or worker (every candidate at --max-inflight-per-worker).",
-		}, []string{"scope"}),
+		itl: prom.Histogram("switchyard_itl_seconds",
+			"Gap between consecutive content chunks relayed to the client.",
+			prometheus.ExponentialBuckets(0.0005, 2, 14)),
+		cacheHit: prom.Counter("switchyard_cache_hit_tokens_total",
+			"Prompt tokens served from the prefix cache, from the usage workers report."),
+		promptToks: prom.Counter("switchyard_prompt_tokens_total",
+			"Prompt tokens, from the usage workers report."),
+		errors: prom.CounterVec("switchyard_errors_total",
+			"Frontend errors by kind.", "kind"),
+		retries: prom.Counter("switchyard_retries_total",
+			"Requests retried on another worker after a failure before the first byte."),
+		fallbacks: prom.Counter("switchyard_prefill_fallbacks_total",
+			"Remote prefills that failed and fell back to local prefill on the decode worker."),
+		ejections: prom.Counter("switchyard_worker_ejections_total",
+			"Workers ejected from routing after consecutive connect failures or a timeout (probed back in)."),
+		cancelled: prom.Counter("switchyard_worker_gone_cancels_total",
+			"Requests in flight cancelled because their worker left the registry without deregistering."),
+		connRefused: prom.Counter("switchyard_client_connections_refused_total",
+			"Client connections answered 503 and closed because MaxConnections were open."),
+		workerRequests: prom.CounterVec("switchyard_worker_requests_total",
+			"Requests sent to each worker, by outcome: ok, rejected (worker 4xx), error, timeout or canceled. A retried request counts once per worker tried.",
+			"worker", "outcome"),
+		shed: prom.CounterVec("switchyard_shed_total",
+			"Requests refused with 429 by load shedding: scope global (--max-inflight) or worker (every candidate at --max-inflight-per-worker).",
+			"scope"),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed, m.workerRequests} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("frontend: register metrics: %w", err)
-		}
+	if err := prom.Register(reg, "frontend", m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed, m.workerRequests); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

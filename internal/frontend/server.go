@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/prom"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
@@ -107,12 +107,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
-	open := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "switchyard_client_connections",
-		Help: "Client connections open through the frontend's listener.",
-	}, func() float64 { return float64(s.conns.Load()) })
-	if err := cfg.Registry.Register(open); err != nil {
-		return nil, fmt.Errorf("frontend: register metrics: %w", err)
+	open := prom.GaugeFunc("switchyard_client_connections",
+		"Client connections open through the frontend's listener.", func() float64 { return float64(s.conns.Load()) })
+	if err := prom.Register(cfg.Registry, "frontend", open); err != nil {
+		return nil, err
 	}
 	s.reqPrefix = "sy-" + strconv.FormatInt(s.started.UnixNano()%1e12, 36) + "-"
 	s.transport = &http.Transport{

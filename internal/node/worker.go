@@ -212,24 +212,20 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		w.goRun("load reports", func() error {
 			return bus.RunLoadReporter(runCtx, cfg.NC, cfg.Subjects, 250*time.Millisecond, w.loadReport, log)
 		})
-		reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate})
-		if err == nil && simCfg.Role == bus.RoleDecode {
+		var ready func(*bus.Registry)
+		if simCfg.Role == bus.RoleDecode {
 			// The registry is the only source of addresses a decode
 			// worker may dial for KV transfers and probes.
-			w.probe.SetRegistry(reg)
+			ready = w.probe.SetRegistry
 		}
-		if err == nil {
-			var g *bus.Registration
-			if g, err = reg.Register(runCtx, w.info); err == nil {
-				w.regMu.Lock()
-				w.reg = g
-				w.regMu.Unlock()
-			}
-		}
+		g, err := bus.Join(ctx, runCtx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate}, w.info, ready)
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("node: worker %s: register: %w", simCfg.ID, err)
 		}
+		w.regMu.Lock()
+		w.reg = g
+		w.regMu.Unlock()
 	}
 	return w, nil
 }
