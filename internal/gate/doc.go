@@ -10,6 +10,12 @@
 //	T_local  = queue_D + prefill_D(n − h_D)
 //	T_remote = max(queue_P + prefill_P(n − h_P), backlog_P) + (n − h_D)·kv_bytes_per_token / B(P→D) + rtt
 //
+// queue_D and queue_P price a worker's queued prefill tokens as the
+// separate prompts they belong to (the waiting requests plus the one in
+// progress), each attending to its own tokens only; priced as one prompt
+// of all of them, attention across prompts over-predicted a deep queue
+// several times over.
+//
 // T_remote counts the KV of every token D lacks, since D must receive all
 // of it whatever P had cached. Block granularity (a partial last block is
 // recomputed on D) is below the model's resolution and ignored.

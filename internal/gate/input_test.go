@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 )
 
@@ -46,5 +47,50 @@ func TestInputForUnprofiledWorker(t *testing.T) {
 	}
 	if d := g.Predict(InputFor(ModeAlways, 8192, 0, 0, WorkerView{ID: "d"}, WorkerView{ID: "p"})); d.Choice != ChoiceRemote {
 		t.Errorf("mode always without profiles: %s, want remote (the operator's word)", d)
+	}
+}
+
+// TestQueueTimeSeparatePrompts checks that a queue is priced as the
+// separate prompts it holds, not as one prompt of all their tokens, whose
+// attention across prompts grows with the square of the queue: ten queued
+// 20,000-token prompts on llama-3.1-70b cost ten of their prefills.
+func TestQueueTimeSeparatePrompts(t *testing.T) {
+	m70, _ := perfmodel.LookupModel("llama-3.1-70b")
+	m06, _ := perfmodel.LookupModel("qwen3-0.6b")
+	h100, _ := perfmodel.LookupGPU("h100")
+	p70 := perfmodel.NewProfile(m70, h100, 4)
+	p70.MaxBatchTokens = 8192
+	p06 := perfmodel.NewProfile(m06, h100, 1)
+	p06.MaxBatchTokens = 8192
+	// 100 prompts of 200 tokens pack about 41 to a step of 8,192 tokens.
+	var packed time.Duration
+	for left := 100; left > 0; {
+		var w perfmodel.Work
+		for tok := 0; left > 0 && tok+200 <= 8192; tok += 200 {
+			w.Add(200, 0)
+			left--
+		}
+		packed += perfmodel.StepTime(&p06, w)
+	}
+	for _, tc := range []struct {
+		name            string
+		prof            *bus.Profile
+		tokens, waiting int
+		want            time.Duration
+	}{
+		{"ten long prompts", &p70, 200_000, 9, 10 * perfmodel.PrefillTime(&p70, 20_000, 0)},
+		{"one prompt", &p70, 50_000, 0, perfmodel.PrefillTime(&p70, 50_000, 0)},
+		{"short prompts share steps", &p06, 20_000, 99, packed},
+	} {
+		d := WorkerView{ID: "d", Profile: *tc.prof, BlockSize: 16, KVBytesPerToken: m70.KVBytesPerToken(),
+			Load: &WorkerLoad{QueuedPrefillTokens: tc.tokens, Waiting: tc.waiting}}
+		p := d
+		p.ID = "p"
+		in := InputFor(ModeAuto, 1000, 0, 0, d, p)
+		for side, got := range map[string]time.Duration{"QueueD": in.QueueD, "QueueP": in.QueueP} {
+			if r := float64(got) / float64(tc.want); r < 0.95 || r > 1.05 {
+				t.Errorf("%s: %s %v, want %v ± 5%% (ratio %.2f)", tc.name, side, got, tc.want, r)
+			}
+		}
 	}
 }

@@ -128,7 +128,7 @@ func (a adapters) gateInput(mode gate.Mode, n, cachedD, cachedP int, d, p bus.Wo
 		v := gate.WorkerView{ID: w.ID, Profile: w.Profile, BlockSize: w.BlockSize, KVBytesPerToken: w.KVBytesPerToken}
 		if withLoad && w.ID != "" {
 			if l, ok := a.f.load(w.ID); ok {
-				v.Load = &gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
+				v.Load = &gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Waiting: l.Waiting, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
 			}
 		}
 		return v

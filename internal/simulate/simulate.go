@@ -463,7 +463,7 @@ func (s *simulator) stepDone(w *worker) {
 
 func (s *simulator) reportLoad(w *worker) {
 	l := w.core.Load()
-	w.report = gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
+	w.report = gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Waiting: l.Waiting, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
 	w.reportAt, w.reported = s.now, true
 	w.nextReport = s.now + time.Duration(float64(reportEvery)*s.S)
 	s.router.ObserveLoad(w.id, router.LoadReport{

@@ -1,0 +1,55 @@
+package simulate
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
+	"github.com/switchyard-llm/switchyard/internal/gate"
+	"github.com/switchyard-llm/switchyard/internal/linkemu"
+)
+
+// ttftError returns the median of measured − predicted TTFT, in seconds,
+// over the successful requests prefilled on side ("local" or "remote"),
+// and how many there were.
+func ttftError(recs []bench.Record, side string) (median float64, n int) {
+	var errs []float64
+	for _, r := range recs {
+		if r.Outcome == bench.OutcomeOK && r.Prefill == side && r.PredictedTTFTMs != nil {
+			errs = append(errs, r.TTFTS-*r.PredictedTTFTMs/1000)
+		}
+	}
+	if len(errs) == 0 {
+		return 0, 0
+	}
+	slices.Sort(errs)
+	return errs[len(errs)/2], len(errs)
+}
+
+// busy70b is the README's busy-link cluster: llama-3.1-70b on H100, two
+// decode workers and one prefill worker, the Mooncake trace at twice its
+// rate, which queues tens of seconds of prefill on every worker.
+func busy70b(t testing.TB, n int, rate linkemu.Rate, mode gate.Mode) Config {
+	t.Helper()
+	c := DefaultConfig()
+	c.Items = traceItems(t, n, 2)
+	c.Engine.Model, c.Engine.GPU = "llama-3.1-70b", "h100"
+	c.Workers, c.PrefillWorkers, c.LinkRate, c.Disagg = 2, 1, rate, mode
+	return c
+}
+
+// TestGatePredictsLocalQueue checks the gate's local TTFT prediction on
+// workers with deep prefill queues: the median request finishes within a
+// quarter of the median TTFT of its prediction. Pricing the queue as one
+// prompt of all its tokens over-predicted by a median 16 s of 19.5 s.
+func TestGatePredictsLocalQueue(t *testing.T) {
+	rep := run(t, busy70b(t, 300, linkemu.Rate(125e6), gate.ModeNever))
+	a := rep.Runs[0].Aggregate
+	med, n := ttftError(rep.Runs[0].Records, "local")
+	if n < 250 || a.TTFTP50S == nil {
+		t.Fatalf("%d local requests with a prediction, TTFT p50 %v: want 250 or more", n, a.TTFTP50S)
+	}
+	if p50 := *a.TTFTP50S; med < -0.25*p50 || med > 0.25*p50 {
+		t.Errorf("local TTFT measured − predicted: median %.1f s, TTFT p50 %.1f s: want within ±25%%", med, p50)
+	}
+}
