@@ -60,6 +60,7 @@ type RouteRequest struct {
 	RequestID    string
 	Hashes       []uint64 // block hashes of the prompt, chained from the cache_salt root
 	PromptTokens int
+	MaxTokens    int      // the most tokens it decodes on the chosen worker: max_tokens; 0 when unknown or none (a prefill worker)
 	Candidates   []string // worker IDs the router may choose from; never empty
 }
 

@@ -216,7 +216,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			final.msg += " (no other worker to retry on)"
 			return final
 		}
-		dec, perr := s.pick(ctx, pr, reqID, rest)
+		dec, perr := s.pick(ctx, pr, reqID, rest, pr.maxTokens())
 		if perr != nil {
 			final.msg = fmt.Sprintf("%v; retry: %v", err, perr)
 			return final
@@ -299,8 +299,10 @@ func (s *Server) unavailable(all []Worker) *apiError {
 		msg: "frontend: no worker available: " + s.unavailableReason(all), kind: errKindNoWorkers}
 }
 
-// pick asks the router to choose among candidates and checks its answer.
-func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, candidates []Worker) (Decision, error) {
+// pick asks the router to choose among candidates, which will decode
+// maxTokens tokens at most (0: unknown, or none here), and checks its
+// answer.
+func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, candidates []Worker, maxTokens int) (Decision, error) {
 	if len(candidates) == 0 {
 		return Decision{}, errNoCandidates
 	}
@@ -308,7 +310,7 @@ func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, cand
 	for i, wk := range candidates {
 		ids[i] = wk.ID
 	}
-	dec, err := s.deps.Router.Pick(ctx, RouteRequest{RequestID: reqID, Hashes: pr.hashes, PromptTokens: len(pr.tokens), Candidates: ids})
+	dec, err := s.deps.Router.Pick(ctx, RouteRequest{RequestID: reqID, Hashes: pr.hashes, PromptTokens: len(pr.tokens), MaxTokens: maxTokens, Candidates: ids})
 	if err != nil {
 		return Decision{}, fmt.Errorf("frontend: router: %w", err)
 	}
@@ -321,7 +323,7 @@ func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, cand
 // plan picks the serving worker and, when it is a decode worker and a
 // prefill pool exists, asks the gate where prefill runs.
 func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all, serving []Worker) (route, *apiError) {
-	dec, err := s.pick(ctx, pr, reqID, serving)
+	dec, err := s.pick(ctx, pr, reqID, serving, pr.maxTokens())
 	if err != nil {
 		return route{}, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, msg: err.Error(), kind: errKindRouter}
 	}
@@ -343,7 +345,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		return rt, nil
 	}
 	prefills = s.routable(prefills)
-	pdec, err := s.pick(ctx, pr, reqID, prefills)
+	pdec, err := s.pick(ctx, pr, reqID, prefills, 0) // it decodes on the decode worker
 	if err != nil {
 		// No usable prefill worker: prefill locally, and say so.
 		rt.gated, rt.mode = true, mode

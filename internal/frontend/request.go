@@ -55,6 +55,18 @@ type parsedRequest struct {
 	hashes []uint64
 }
 
+// maxTokens is the request's output limit, max_tokens or else
+// max_completion_tokens; 0 when it sets neither.
+func (pr *parsedRequest) maxTokens() int {
+	switch {
+	case pr.req.MaxTokens != nil:
+		return *pr.req.MaxTokens
+	case pr.req.MaxCompletion != nil:
+		return *pr.req.MaxCompletion
+	}
+	return 0
+}
+
 // readRequest reads, bounds, decodes, validates and tokenizes a request.
 func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint) (*parsedRequest, *apiError) {
 	// A client that trickles its body holds a connection and a goroutine:

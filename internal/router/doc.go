@@ -1,32 +1,69 @@
 // Package router picks the worker that serves a request.
 //
 // Policies sit behind one small interface, Policy: kv (the default),
-// round-robin, random and least-loaded. The kv policy scores worker w for a
-// prompt of B blocks as
+// round-robin, random and least-loaded.
 //
-//	cost_w = α·(B − overlap_w + queued_prefill_blocks_w) + active_decode_blocks_w
+// The kv cost is a prediction in time when every candidate registered a
+// timing profile (the simulated engines do; a bridged engine started with
+// --gpu does). For a prompt of n tokens in blocks of bs that may decode out
+// tokens (its max_tokens; 1 when unknown), worker w costs, in wall seconds
+// (simulated seconds over the profile's Speedup):
+//
+//	cost_w  = α·ttft_w + out·step_w
+//	ttft_w  = max(queued_w·bs·τ_w, load_w) + P_w(n − h_w·bs, h_w·bs)
+//	τ_w     = P_w(C, 0) / C
+//	step_w  = S_w(inflight_w + 1 tokens, reading decode_w·bs + n tokens of KV)
 //
 // (α defaults to 1; lowest wins; ties go to the least loaded worker, then
-// rotate).
+// to the emptiest cache, then rotate). P_w is the prefill time of w's
+// profile (perfmodel.PrefillTime, chunked at its max_num_batched_tokens C,
+// 8192 when unstated), S_w its step time (perfmodel.StepTime), queued_w
+// and decode_w its tracked queued-prefill and active-decode blocks and
+// inflight_w its requests. h_w is the hit w's engine will use: g leading
+// blocks in GPU memory, plus the c and d after them in CPU memory and on
+// disk when loading those beats recomputing them:
+//
+//	recompute = P_w(n − g·bs, g·bs) − P_w(n − (g+c+d)·bs, (g+c+d)·bs)
+//	load      = L_cpu(c·bs) + L_disk(d·bs)   (bytes over the tier's bandwidth, perfmodel.LoadTime)
+//	h_w, load_w = g+c+d, load   if load < recompute
+//	h_w, load_w = g, 0          otherwise
+//
+// so ttft_w is the prompt's predicted time to first token on w: the queue
+// ahead of it, priced at the per-token time of a full prefill chunk, then
+// its own prefill given its hit. A lower-tier load runs on the host link
+// while the queue computes (the engine parks a loading prompt and keeps
+// stepping), so it delays the prompt only when it outlasts the queue. A
+// hit therefore wins exactly when the prefill time it saves exceeds the
+// extra queue wait of its holder. Decode load is priced as what it costs
+// this request: every decode step reads the worker's decode KV, and the
+// request takes out of them. (An earlier cost in blocks, α·(B − overlap +
+// queued) + decode blocks, counted a decode block like a prefill block:
+// ~850 times its one-step read time for llama-3.1-8b on an H100. On the
+// Mooncake slice of the README it sent a repeated prefix away from its
+// holder whenever the holder decoded long contexts or had a deep queue:
+// 27 of 1,000 requests went to a worker holding at least 6 blocks fewer
+// than another, losing 0.037 of all prompt tokens as hits; under the time
+// cost 17 do, losing 0.017.) Not modelled: loads of several requests queueing on one host
+// link, the attention cost of long queued prompts beyond τ_w, and a
+// worker's own hits in its queue (the tracked queue already counts a
+// request's computed blocks only).
+//
+// Without a timing profile for every candidate the cost falls back to
+// blocks:
+//
+//	cost_w = α·(B − overlap_w + queued_w) + decode_w
+//
+// for a prompt of B blocks, where overlap_w counts GPU blocks one each and
+// lower-tier blocks (c + d)·(1 − load/recompute) when load < recompute (the
+// share of their prefill the hit saves), nothing otherwise. Decision.Priced
+// reports that overlap in either mode.
 //
 // Tiers. A worker may hold part of the prompt outside GPU memory (host
-// memory, disk: the index keeps each block's tiers). overlap_w is then the
-// prefill time the hit saves, counted in blocks. With g leading blocks in
-// GPU memory and c and d more in CPU memory and on disk, on a worker whose
-// registered profile gives prefill time P(new, cached) and load time L
-// (bytes over the tier's host-link or disk bandwidth, perfmodel.LoadTime):
+// memory, disk: the index keeps each block's tiers). With
+// Config.TierBlind (--router-tier-blind), lower-tier blocks count as
+// misses in both costs, as a router that ignores CPU-tier events would.
 //
-//	recompute = P(n − g·bs, g·bs) − P(n − (g+c+d)·bs, (g+c+d)·bs)
-//	load      = L_cpu(c·bs) + L_disk(d·bs)
-//	overlap_w = g + (c + d) · (1 − load/recompute)   if load < recompute
-//	overlap_w = g                                    otherwise
-//
-// for a prompt of n tokens in blocks of bs. A GPU hit saves all of its
-// prefill; a lower-tier hit saves recompute minus load, and nothing when
-// loading is slower than recomputing (a small, memory-bound prefill
-// recomputes for free; the simulated engine then recomputes too). Without a
-// profile, or with Config.TierBlind (--router-tier-blind), lower-tier blocks
-// count as misses, as a router that ignores CPU-tier events would. Rotation (round-robin, and the tie-breaking of kv and
+// Rotation (round-robin, and the tie-breaking of kv and
 // least-loaded) keeps one counter per candidate set, so a caller that picks
 // from two pools per request (decode, then prefill) rotates evenly in each.
 //

@@ -63,6 +63,9 @@ type Worker struct {
 type Request struct {
 	Hashes       []uint64 // the prompt's block hashes, chained from its cache_salt root
 	PromptTokens int
+	// OutputTokens is the request's max_tokens, which prices its decode
+	// time; 0 when unknown (one decode step is priced).
+	OutputTokens int
 	BlockSize    int
 	Pin          string // optional: the worker to use, for debug probes
 }
@@ -79,8 +82,10 @@ type Decision struct {
 	Priced float64
 	Policy string
 	Reason string
-	Cost   float64 // kv only: the winner's cost in blocks
-	Approx bool    // the overlap came from the approximate index
+	// Cost is the winner's kv cost: seconds when every candidate has a
+	// timing profile, else blocks (see the package doc). kv only.
+	Cost   float64
+	Approx bool // the overlap came from the approximate index
 }
 
 // Overlapper gives the prefix overlap of candidate i (an index into the
@@ -91,6 +96,10 @@ type Overlapper interface {
 	// blocks (see Decision.Priced); Tiers its split by tier.
 	Priced(i int) float64
 	Tiers(i int) kvindex.TierCounts
+	// Estimate is candidate i's predicted time to first token and decode
+	// time, wall seconds; ok is false when some candidate has no timing
+	// profile, and the kv policy then falls back to its block cost.
+	Estimate(i int) (ttft, decode float64, ok bool)
 }
 
 // Policy chooses one of workers for req. workers is never empty when a
@@ -250,14 +259,22 @@ type KV struct {
 // Name implements Policy.
 func (*KV) Name() string { return PolicyKV }
 
-// Cost returns the kv cost of a worker for a prompt of b blocks, overlap of
-// which (priced, so possibly fractional) the worker need not compute.
+// Cost returns the block cost of a worker for a prompt of b blocks,
+// overlap of which (priced, so possibly fractional) the worker need not
+// compute: the kv cost when some candidate has no timing profile.
 func (p *KV) Cost(b int, overlap float64, l Load) float64 {
-	a := p.Alpha
-	if a == 0 {
-		a = 1
+	return p.alpha()*(float64(b+l.QueuedPrefillBlocks)-overlap) + float64(l.ActiveDecodeBlocks)
+}
+
+// TimeCost returns the time cost of a worker whose predicted time to first
+// token and decode time are ttft and decode, in seconds.
+func (p *KV) TimeCost(ttft, decode float64) float64 { return p.alpha()*ttft + decode }
+
+func (p *KV) alpha() float64 {
+	if p.Alpha == 0 {
+		return 1
 	}
-	return a*(float64(b+l.QueuedPrefillBlocks)-overlap) + float64(l.ActiveDecodeBlocks)
+	return p.Alpha
 }
 
 // Pick implements Policy. The scan starts at a rotating offset and keeps the
@@ -277,6 +294,9 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 		i := (start + k) % n
 		o, approx := ov.Overlap(i)
 		c := p.Cost(b, ov.Priced(i), workers[i].Load)
+		if ttft, decode, ok := ov.Estimate(i); ok {
+			c = p.TimeCost(ttft, decode)
+		}
 		l := workers[i].Load.Blocks()
 		cached := workers[i].Load.CachedBlocks
 		// Ties go to the least loaded, then to the emptiest cache (a cold

@@ -14,6 +14,8 @@ func (f fixedOv) Priced(i int) float64 { return float64(f[i]) }
 
 func (f fixedOv) Tiers(i int) kvindex.TierCounts { return kvindex.TierCounts{int32(f[i]), 0, 0} }
 
+func (f fixedOv) Estimate(int) (float64, float64, bool) { return 0, 0, false }
+
 func ws(loads ...Load) []Worker {
 	out := make([]Worker, len(loads))
 	for i, l := range loads {

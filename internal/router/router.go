@@ -135,7 +135,18 @@ type scratch struct {
 	approx []bool
 	tiers  []kvindex.TierCounts
 	priced []float64
+	est    []estimate
+	timed  bool // every candidate has a timing profile: est is filled
+	pr     pricer
 	ov     kvindex.Overlaps
+}
+
+// Estimate implements Overlapper.
+func (s *scratch) Estimate(i int) (ttft, decode float64, ok bool) {
+	if !s.timed {
+		return 0, 0, false
+	}
+	return s.est[i].ttft, s.est[i].decode, true
 }
 
 // Overlap implements Overlapper.
@@ -239,12 +250,22 @@ func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
 	}
 }
 
-// price fills s.priced: each candidate's overlap in blocks as the kv cost
-// credits it (see the package doc).
+// price fills s.priced (each candidate's overlap in blocks as the block
+// cost credits it) and, when every candidate has a timing profile, s.est
+// (its predicted times; see the package doc).
 func (r *Router) price(s *scratch, req *Request) {
 	s.priced = s.priced[:0]
+	s.est = s.est[:0]
+	s.timed = req.BlockSize > 0
 	for i := range s.ws {
 		s.priced = append(s.priced, r.priced(&s.ws[i], s.tiers[i], req.PromptTokens, req.BlockSize))
+		s.timed = s.timed && timed(s.ws[i].Profile)
+	}
+	if !s.timed {
+		return
+	}
+	for i := range s.ws {
+		s.est = append(s.est, s.pr.estimate(&s.ws[i], s.tiers[i], req.PromptTokens, req.OutputTokens, req.BlockSize, r.tierBlind))
 	}
 }
 

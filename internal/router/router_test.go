@@ -247,25 +247,32 @@ func TestPickAllocationFree(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector makes sync.Pool drop items at random")
 	}
-	idx := kvindex.New(kvindex.Config{})
-	r, _ := newTestRouter(t, Config{Index: idx})
-	h := hashes(7, 32)
-	cands := make([]Worker, 16)
-	for i := range cands {
-		cands[i] = Worker{ID: fmt.Sprintf("w%d", i), EventsHealthy: i%2 == 0}
-		idx.Store(cands[i].ID, h[:i+1])
-	}
-	req := &Request{Hashes: h}
-	for i := 0; i < 10; i++ { // warm the pool, the approx map and the index result
-		r.Pick(req, cands)
-	}
-	allocs := testing.AllocsPerRun(200, func() {
-		if _, err := r.Pick(req, cands); err != nil {
-			t.Fatal(err)
+	// Without profiles the kv cost is in blocks; with them, in time.
+	for _, timed := range []bool{false, true} {
+		idx := kvindex.New(kvindex.Config{})
+		r, _ := newTestRouter(t, Config{Index: idx})
+		h := hashes(7, 32)
+		p := h100Profile(t)
+		cands := make([]Worker, 16)
+		for i := range cands {
+			cands[i] = Worker{ID: fmt.Sprintf("w%d", i), EventsHealthy: i%2 == 0}
+			if timed {
+				cands[i].Profile = &p
+			}
+			idx.Store(cands[i].ID, h[:i+1])
 		}
-	})
-	if allocs != 0 {
-		t.Errorf("warm kv Pick allocates %v times, want 0", allocs)
+		req := &Request{Hashes: h, PromptTokens: len(h) * 4, OutputTokens: 64, BlockSize: 4}
+		for i := 0; i < 10; i++ { // warm the pool, the approx map and the index result
+			r.Pick(req, cands)
+		}
+		allocs := testing.AllocsPerRun(200, func() {
+			if _, err := r.Pick(req, cands); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("warm kv Pick (timed %v) allocates %v times, want 0", timed, allocs)
+		}
 	}
 }
 

@@ -497,7 +497,7 @@ func (s *simulator) arrive(i int) {
 	s.reqs[i] = r
 	*r.rec = bench.Record{Index: it.Index, Group: it.Group, StartS: s.toWall(s.now), InputTokens: len(prompt),
 		SharedTokens: it.SharedTokens, MaxTokens: it.MaxTokens}
-	rq := &router.Request{Hashes: s.hbuf, PromptTokens: len(prompt), BlockSize: s.bs}
+	rq := &router.Request{Hashes: s.hbuf, PromptTokens: len(prompt), OutputTokens: it.MaxTokens, BlockSize: s.bs}
 	dec, err := s.router.Pick(rq, s.decode)
 	if err != nil {
 		s.fail(r, 503, "router", err.Error())
@@ -511,6 +511,7 @@ func (s *simulator) arrive(i int) {
 		s.forward(r, prompt)
 		return
 	}
+	rq.OutputTokens = 0 // it decodes on d
 	pdec, err := s.router.Pick(rq, s.prefill)
 	if err != nil {
 		r.rec.Prefill, r.rec.DisaggReason = "local", "no prefill worker: "+err.Error()
