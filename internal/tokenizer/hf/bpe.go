@@ -6,11 +6,29 @@ const noRank = math.MaxUint32
 
 // appendBPE appends the tokens of one pre-tokenized piece (raw bytes):
 // merges are applied lowest rank first, leftmost first among equal ranks,
-// as HuggingFace tokenizers and transformers.js do.
+// as HuggingFace tokenizers and transformers.js do. Short pieces go
+// through the piece cache.
 func (t *Tokenizer) appendBPE(dst []uint32, piece string) []uint32 {
 	if len(piece) == 1 { // a single byte is its own token (Qwen's digits)
 		return append(dst, t.byteID[piece[0]])
 	}
+	if t.cache == nil || len(piece) > cacheKeyMax {
+		return t.appendBPEUncached(dst, piece)
+	}
+	k := makeKey(piece)
+	if out, ok := t.cache.get(dst, &k); ok {
+		return out
+	}
+	start := len(dst)
+	dst = t.appendBPEUncached(dst, piece)
+	if n := len(dst) - start; n <= cacheIDMax {
+		t.cache.put(&k, dst[start:])
+	}
+	return dst
+}
+
+// appendBPEUncached is appendBPE without the cache.
+func (t *Tokenizer) appendBPEUncached(dst []uint32, piece string) []uint32 {
 	if id, ok := t.vocab[piece]; ok && (t.ignoreMerges || t.reachable(id, piece)) {
 		return append(dst, id)
 	}

@@ -13,6 +13,10 @@ import (
 type addedSet struct {
 	first  [256]bool          // some token starts with this byte
 	byByte [256][]*addedToken // tokens by first byte, longest first
+	// only is the first byte of every token when they share one (all
+	// three families' start with '<'), so that next can skip to it with
+	// strings.IndexByte; -1 when they do not, -2 when there are none.
+	only int
 }
 
 func newAddedSet(toks []addedToken) addedSet {
@@ -23,14 +27,41 @@ func newAddedSet(toks []addedToken) addedSet {
 		s.first[c] = true
 		s.byByte[c] = append(s.byByte[c], a)
 	}
+	s.only = -2
 	for c := range s.byByte {
 		slices.SortStableFunc(s.byByte[c], func(a, b *addedToken) int { return len(b.Content) - len(a.Content) })
+		switch {
+		case len(s.byByte[c]) == 0:
+		case s.only == -2:
+			s.only = c
+		default:
+			s.only = -1
+		}
 	}
 	return s
 }
 
 // next returns the first added token in s at or after byte i, or -1.
 func (s *addedSet) next(text string, i int) (int, *addedToken) {
+	if s.only == -2 {
+		return -1, nil
+	}
+	if s.only >= 0 {
+		for i < len(text) {
+			j := strings.IndexByte(text[i:], byte(s.only))
+			if j < 0 {
+				return -1, nil
+			}
+			i += j
+			for _, a := range s.byByte[text[i]] {
+				if strings.HasPrefix(text[i:], a.Content) {
+					return i, a
+				}
+			}
+			i++
+		}
+		return -1, nil
+	}
 	for ; i < len(text); i++ {
 		if !s.first[text[i]] {
 			continue

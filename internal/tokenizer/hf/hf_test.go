@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 )
 
 // tinyFile builds a small byte-level BPE tokenizer.json: the 256 byte
@@ -268,5 +270,28 @@ func TestWriteTinyFixture(t *testing.T) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), cfg, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestASCIIClasses pins the ASCII class table to the Unicode predicates
+// it stands in for, and \s to ECMAScript's (no U+001C-U+001F, unlike
+// unicode.IsSpace's U+0085 and Python's str.isspace).
+func TestASCIIClasses(t *testing.T) {
+	for r := range rune(utf8.RuneSelf) {
+		space := r == '\t' || r == '\n' || r == '\v' || r == '\f' || r == '\r' || r == ' '
+		for _, c := range []struct {
+			name      string
+			got, want bool
+		}{
+			{"letter", isLetter(r), unicode.IsLetter(r)},
+			{"number", isNumber(r), unicode.IsNumber(r)},
+			{"punct/symbol", isPunctSymbol(r), unicode.IsPunct(r) || unicode.IsSymbol(r)},
+			{"space", isSpace(r), space},
+			{"other", isOther(r), !unicode.IsLetter(r) && !unicode.IsNumber(r) && !space},
+		} {
+			if c.got != c.want {
+				t.Errorf("%q: %s = %v, want %v", r, c.name, c.got, c.want)
+			}
+		}
 	}
 }

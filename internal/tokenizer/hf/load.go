@@ -36,6 +36,7 @@ type Tokenizer struct {
 	// token itself (1) or not (2); 0 is not yet known. It lets a piece that
 	// is a whole token skip the merge loop, exactly.
 	reach []atomic.Uint32
+	cache *pieceCache // nil: off (tests compare with and without)
 
 	nfc    bool
 	stages []stage
@@ -338,6 +339,7 @@ func Parse(name string, data []byte) (*Tokenizer, error) {
 		t.unkID, t.hasUnk = id, true
 	}
 	t.reach = make([]atomic.Uint32, len(t.tokens))
+	t.cache = newPieceCache()
 
 	// Merges, string ("a b") or pair (["a","b"]) form.
 	if err := t.loadMerges(m.Merges, fail); err != nil {

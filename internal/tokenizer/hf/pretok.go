@@ -57,23 +57,59 @@ func knownPattern(re string) matcher {
 
 // isSpace is ECMAScript's \s: WhiteSpace and LineTerminator.
 func isSpace(r rune) bool {
+	if r < utf8.RuneSelf {
+		return asciiFlags[r]&flSpace != 0
+	}
 	switch r {
-	case '\t', '\n', '\v', '\f', '\r', ' ', 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
+	case 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0xFEFF:
 		return true
 	}
 	return r >= 0x2000 && r <= 0x200A
 }
 
+// ASCII character classes, looked up in asciiFlags so that the common
+// case of English text and code takes no Unicode table lookup and no
+// rune decoding.
+const (
+	flLetter   = 1 << iota // \p{L}
+	flNumber               // \p{N}
+	flSpace                // \s
+	flPunctSym             // [\p{P}\p{S}]
+	flOther                // [^\s\p{L}\p{N}]
+)
+
+var asciiFlags = func() (t [utf8.RuneSelf]uint8) {
+	for c := range rune(utf8.RuneSelf) {
+		var f uint8
+		switch {
+		case 'a' <= c|0x20 && c|0x20 <= 'z':
+			f = flLetter
+		case '0' <= c && c <= '9':
+			f = flNumber
+		case c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' || c == ' ':
+			f = flSpace
+		}
+		if c > ' ' && c < 0x7F && f == 0 {
+			f |= flPunctSym
+		}
+		if f&(flLetter|flNumber|flSpace) == 0 {
+			f |= flOther
+		}
+		t[c] = f
+	}
+	return t
+}()
+
 func isLetter(r rune) bool {
 	if r < utf8.RuneSelf {
-		return 'a' <= r|0x20 && r|0x20 <= 'z'
+		return asciiFlags[r]&flLetter != 0
 	}
 	return unicode.IsLetter(r)
 }
 
 func isNumber(r rune) bool {
 	if r < utf8.RuneSelf {
-		return '0' <= r && r <= '9'
+		return asciiFlags[r]&flNumber != 0
 	}
 	return unicode.IsNumber(r)
 }
@@ -83,7 +119,7 @@ func isMark(r rune) bool { return r >= 0x300 && unicode.IsMark(r) }
 // isPunctSymbol is [\p{P}\p{S}].
 func isPunctSymbol(r rune) bool {
 	if r < utf8.RuneSelf {
-		return r > ' ' && r < 0x7F && !('0' <= r && r <= '9') && !isLetter(r)
+		return asciiFlags[r]&flPunctSym != 0
 	}
 	return unicode.IsPunct(r) || unicode.IsSymbol(r)
 }
@@ -92,12 +128,11 @@ func isDeepSeekCJK(r rune) bool {
 	return (r >= 0x4E00 && r <= 0x9FA5) || (r >= 0x3040 && r <= 0x309F) || (r >= 0x30A0 && r <= 0x30FF)
 }
 
-func isASCIIAlpha(c byte) bool { return 'a' <= c|0x20 && c|0x20 <= 'z' }
+func isASCIIAlpha(c byte) bool { return c < utf8.RuneSelf && asciiFlags[c]&flLetter != 0 }
 
-// isASCIIPunct is [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~].
-func isASCIIPunct(r rune) bool {
-	return (r >= '!' && r <= '/') || (r >= ':' && r <= '@') || (r >= '[' && r <= '`') || (r >= '{' && r <= '~')
-}
+// isASCIIPunct is [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]: the ASCII
+// runes in [\p{P}\p{S}].
+func isASCIIPunct(r rune) bool { return r < utf8.RuneSelf && asciiFlags[r]&flPunctSym != 0 }
 
 func runeAt(s string, i int) (rune, int) {
 	if c := s[i]; c < utf8.RuneSelf {
@@ -107,12 +142,20 @@ func runeAt(s string, i int) (rune, int) {
 }
 
 // runWhile returns the end of the run of runes starting at s[i] for which
-// in is true.
-func runWhile(s string, i int, in func(rune) bool) int {
+// in is true; fl is in's ASCII flag, so that ASCII runs are scanned
+// byte by byte without calling in.
+func runWhile(s string, i int, fl uint8, in func(rune) bool) int {
 	for i < len(s) {
-		r, n := runeAt(s, i)
+		if c := s[i]; c < utf8.RuneSelf {
+			if asciiFlags[c]&fl == 0 {
+				return i
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
 		if !in(r) {
-			break
+			return i
 		}
 		i += n
 	}
@@ -175,7 +218,7 @@ func (m gpt4Matcher) match(s string, i int) (int, bool) {
 		}
 	}
 	if isLetter(r) {
-		return runWhile(s, i+n, isLetter), true
+		return runWhile(s, i+n, flLetter, isLetter), true
 	}
 	if isNumber(r) {
 		end := i + n
@@ -194,13 +237,13 @@ func (m gpt4Matcher) match(s string, i int) (int, bool) {
 	}
 	if r != '\r' && r != '\n' && next >= 0 && isLetter(next) {
 		// [^\r\n\p{L}\p{N}]?\p{L}+ with the optional rune taken.
-		return runWhile(s, i+n, isLetter), true
+		return runWhile(s, i+n, flLetter, isLetter), true
 	}
 	if !isSpace(r) {
-		return newlineRun(s, runWhile(s, i+n, isOther)), true
+		return newlineRun(s, runWhile(s, i+n, flOther, isOther)), true
 	}
 	if r == ' ' && next >= 0 && isOther(next) {
-		return newlineRun(s, runWhile(s, i+n+1, isOther)), true
+		return newlineRun(s, runWhile(s, i+n+1, flOther, isOther)), true
 	}
 	return spaceTail(s, i, r, n), true
 }
@@ -295,7 +338,7 @@ func (deepSeekMatcher) match(s string, i int) (int, bool) {
 		return end, true
 	}
 	if isLetterMark(r) {
-		return runWhile(s, i, isLetterMark), true
+		return runWhile(s, i, flLetter, isLetterMark), true
 	}
 	var next rune = -1
 	if i+n < len(s) {
@@ -303,13 +346,13 @@ func (deepSeekMatcher) match(s string, i int) (int, bool) {
 	}
 	ps := isPunctSymbol(r)
 	if r != '\r' && r != '\n' && !ps && next >= 0 && isLetterMark(next) {
-		return runWhile(s, i+n, isLetterMark), true
+		return runWhile(s, i+n, flLetter, isLetterMark), true
 	}
 	if ps {
-		return newlineRun(s, runWhile(s, i+n, isPunctSymbol)), true
+		return newlineRun(s, runWhile(s, i+n, flPunctSym, isPunctSymbol)), true
 	}
 	if r == ' ' && next >= 0 && isPunctSymbol(next) {
-		return newlineRun(s, runWhile(s, i+n+1, isPunctSymbol)), true
+		return newlineRun(s, runWhile(s, i+n+1, flPunctSym, isPunctSymbol)), true
 	}
 	if isSpace(r) {
 		return spaceTail(s, i, r, n), true
