@@ -67,12 +67,12 @@ var ErrBlockSize = errors.New("bridge: engine block size differs from --block-si
 // with the Switchyard hash each was rewritten to and the tiers holding it.
 // It is not safe for concurrent use: the bridge guards it with its lock.
 //
-// Memory: an open-addressing table of engine hash → Switchyard hash (16
-// bytes a slot, at most 7/8 full), plus a map of tiers for the few blocks
-// held anywhere but on the GPU alone. The
-// Switchyard hash 0 marks a block known but not indexed (a partial SGLang
-// page), so its removal is recognised. BenchmarkMirrorRSS: 25 MiB of heap
-// for 1M GPU blocks.
+// Memory: a sharded open-addressing table of engine hash → Switchyard hash
+// (16 bytes a slot, at most 7/8 full; see table), plus a map of tiers for
+// the few blocks held anywhere but on the GPU alone. The Switchyard hash 0
+// marks a block known but not indexed (a partial SGLang page), so its
+// removal is recognised. BenchmarkMirrorRSS: 20 MiB of heap for 1M GPU
+// blocks, grown from empty.
 type Mirror struct {
 	blockSize int
 	sy        table            // engine hash → Switchyard hash
@@ -136,9 +136,9 @@ func (m *Mirror) Hashes(fn func(t kvevents.Tier, hashes []uint64)) {
 	}
 }
 
-// Reserve sizes the mirror for n blocks, so that it does not grow (and
-// leave the runtime holding the storage it outgrew) until it holds them.
-// The bridge calls it with the engine's KV capacity.
+// Reserve sizes the mirror for n blocks, so that it does not grow until it
+// holds about that many. The bridge calls it with the engine's KV capacity;
+// without it the mirror grows a shard at a time.
 func (m *Mirror) Reserve(n int) { m.sy.Reserve(n) }
 
 // Reset forgets every block.
