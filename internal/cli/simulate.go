@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -32,6 +34,7 @@ type simulateCmd struct {
 	cfg        simulate.Config
 	jsonPath   string
 	plotPath   string
+	cpuProfile string
 	tile       int
 	longShare  float64
 	longTokens int
@@ -76,6 +79,7 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	fs.Float64Var(&c.minGood, "min-good", 0.9, "sweep: recommend only configurations where at least this share of requests meets the SLO")
 	fs.StringVar(&c.jsonPath, "json", "", "write the report (bench's JSON schema plus a simulation object) to this file; with --sweep, the ranked table")
 	fs.StringVar(&c.plotPath, "plot", "", "write bench's plots to FILE.png and FILE-hits.png; with --sweep, one plot of the sweep")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (performance work)")
 	var sweepArgs []string
 	fs.Func("sweep", "a sweep dimension KEY=V1,V2 (more may follow as plain arguments)", func(s string) error {
 		sweepArgs = append(sweepArgs, s)
@@ -147,6 +151,17 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 	reqs, err := bench.ReadTrace(c.cfg.TracePath, c.cfg.TraceFormat)
 	if err != nil {
 		return fail(ExitUsage, err)
+	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return fail(ExitUsage, fmt.Errorf("--cpuprofile: %w", err))
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(ExitFail, fmt.Errorf("--cpuprofile: %w", err))
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if c.cfg.MaxRequests > 0 && len(reqs) > c.cfg.MaxRequests {
 		reqs = reqs[:c.cfg.MaxRequests]

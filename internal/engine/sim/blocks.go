@@ -28,7 +28,7 @@ type block struct {
 type blockManager struct {
 	blocks []block
 	free   []int32 // unreferenced, uncached blocks
-	byHash map[uint64]int32
+	byHash blockTable
 	// lruHead is the least recently released unreferenced cached block.
 	lruHead, lruTail int32
 	lruLen           int
@@ -52,7 +52,7 @@ func newBlockManager(n int) *blockManager {
 	m := &blockManager{
 		blocks:  make([]block, n),
 		free:    make([]int32, n),
-		byHash:  make(map[uint64]int32, n),
+		byHash:  newBlockTable(n),
 		lruHead: noBlock,
 		lruTail: noBlock,
 	}
@@ -72,7 +72,7 @@ func (m *blockManager) available() int { return len(m.free) + m.lruLen }
 // prefixLen returns how many leading hashes are cached.
 func (m *blockManager) prefixLen(hashes []uint64) int {
 	for i, h := range hashes {
-		if _, ok := m.byHash[h]; !ok {
+		if !m.byHash.has(h, m.blocks) {
 			return i
 		}
 	}
@@ -84,7 +84,7 @@ func (m *blockManager) prefixLen(hashes []uint64) int {
 func (m *blockManager) evictableAmong(hashes []uint64) int {
 	n := 0
 	for _, h := range hashes {
-		if m.blocks[m.byHash[h]].ref == 0 {
+		if i, _ := m.byHash.get(h, m.blocks); m.blocks[i].ref == 0 {
 			n++
 		}
 	}
@@ -97,7 +97,10 @@ func (m *blockManager) evictableAmong(hashes []uint64) int {
 func (m *blockManager) evictableGPU(hashes []uint64, src []kvevents.Tier) int {
 	n := 0
 	for i, h := range hashes {
-		if src[i] == kvevents.TierGPU && m.blocks[m.byHash[h]].ref == 0 {
+		if src[i] != kvevents.TierGPU {
+			continue
+		}
+		if b, _ := m.byHash.get(h, m.blocks); m.blocks[b].ref == 0 {
 			n++
 		}
 	}
@@ -106,7 +109,7 @@ func (m *blockManager) evictableGPU(hashes []uint64, src []kvevents.Tier) int {
 
 // acquireCached takes a reference on the cached block of hash h.
 func (m *blockManager) acquireCached(h uint64) int32 {
-	i := m.byHash[h]
+	i, _ := m.byHash.get(h, m.blocks)
 	m.ref(i)
 	return i
 }
@@ -134,7 +137,7 @@ func (m *blockManager) allocate() (int32, bool) {
 		i = m.lruHead
 		m.lruRemove(i)
 		b := &m.blocks[i]
-		delete(m.byHash, b.hash)
+		m.byHash.remove(b.hash, i)
 		b.cached = false
 		m.emit(kvevents.Removed, kvevents.TierGPU, 0, b.hash)
 		m.offload(0, b.hash, b.parent)
@@ -155,12 +158,13 @@ func (m *blockManager) allocate() (int32, bool) {
 // kept only for a wire publisher (nil toks: unknown, as for blocks received
 // from another worker).
 func (m *blockManager) commit(i int32, parent, h uint64, toks []uint32, salt string) {
-	if _, dup := m.byHash[h]; dup {
+	j, dup := m.byHash.find(h, m.blocks)
+	if dup {
 		return
 	}
 	b := &m.blocks[i]
 	b.hash, b.parent, b.cached = h, parent, true
-	m.byHash[h] = i
+	m.byHash.setAt(j, h, i)
 	m.emit(kvevents.Stored, kvevents.TierGPU, parent, h)
 	if w := m.wire; w != nil {
 		if toks == nil {
@@ -217,7 +221,7 @@ func (m *blockManager) offload(level int, h, parent uint64) {
 func (m *blockManager) match(hashes []uint64, src []kvevents.Tier) []kvevents.Tier {
 	src = src[:0]
 	for _, h := range hashes {
-		if _, ok := m.byHash[h]; ok {
+		if m.byHash.has(h, m.blocks) {
 			src = append(src, kvevents.TierGPU)
 		} else if t := m.lower.find(h); t != nil {
 			src = append(src, t.tier)
@@ -275,7 +279,7 @@ func (m *blockManager) clearUnreferenced() int {
 		lowerLeft += len(t.entries)
 	}
 	gpu := m.clearGPU()
-	if len(m.byHash) == 0 && lowerLeft == 0 {
+	if m.byHash.len() == 0 && lowerLeft == 0 {
 		m.events = append(m.events[:mark], kvevents.Event{Kind: kvevents.Cleared})
 	}
 	return n + gpu
@@ -288,7 +292,7 @@ func (m *blockManager) clearGPU() int {
 		i := m.lruHead
 		m.lruRemove(i)
 		b := &m.blocks[i]
-		delete(m.byHash, b.hash)
+		m.byHash.remove(b.hash, i)
 		b.cached = false
 		hashes = append(hashes, b.hash)
 		m.free = append(m.free, i)
@@ -395,7 +399,7 @@ func (m *blockManager) tierHashes(fn func(kvevents.Tier, []uint64)) {
 
 // cachedHashes calls fn with every cached hash, referenced or not.
 func (m *blockManager) cachedHashes() []uint64 {
-	out := make([]uint64, 0, len(m.byHash))
+	out := make([]uint64, 0, m.byHash.len())
 	for i := range m.blocks {
 		if m.blocks[i].cached {
 			out = append(out, m.blocks[i].hash)

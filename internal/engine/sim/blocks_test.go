@@ -79,7 +79,8 @@ func TestBlockManagerStoredEventsCoalesceAndClear(t *testing.T) {
 	if len(ev) != 1 || ev[0].Kind != kvevents.Removed || len(ev[0].Hashes) != 2 {
 		t.Fatalf("events = %+v, want one Removed of 2 hashes", ev)
 	}
-	m.release(m.byHash[2])
+	b, _ := m.byHash.get(2, m.blocks)
+	m.release(b)
 	m.clearUnreferenced()
 	if ev = m.takeEvents(); len(ev) != 1 || ev[0].Kind != kvevents.Cleared {
 		t.Fatalf("events = %+v, want Cleared", ev)

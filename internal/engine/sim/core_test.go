@@ -1,10 +1,13 @@
 package sim
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
 )
 
 func coreRequests() []Request {
@@ -22,13 +25,23 @@ func coreRequests() []Request {
 // runCore adds reqs at 5 ms intervals and advances with the given horizon
 // step (0: stop after every step), returning each tag's result.
 func runCore(t *testing.T, horizonStep time.Duration) (map[int]Result, int) {
+	out, calls, _ := runCoreReqs(t, horizonStep, coreRequests())
+	return out, calls
+}
+
+// runCoreReqs is runCore on reqs; it also returns every published event.
+func runCoreReqs(t *testing.T, horizonStep time.Duration, reqs []Request) (map[int]Result, int, []kvevents.Event) {
 	t.Helper()
-	var events int
-	c, err := NewCore(Config{KVBlocks: 4096, Publisher: PublisherFunc(func(ev []kvevents.Event) { events += len(ev) })}, true)
+	var events []kvevents.Event
+	c, err := NewCore(Config{KVBlocks: 4096, Publisher: PublisherFunc(func(ev []kvevents.Event) {
+		for _, e := range ev {
+			e.Hashes = slices.Clone(e.Hashes)
+			events = append(events, e)
+		}
+	})}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reqs := coreRequests()
 	out := map[int]Result{}
 	next := 0
 	calls := 0
@@ -65,10 +78,37 @@ func runCore(t *testing.T, horizonStep time.Duration) (map[int]Result, int) {
 	if !c.Idle() {
 		t.Errorf("core not idle after every request finished")
 	}
-	if events == 0 {
+	if len(events) == 0 {
 		t.Errorf("no KV events published")
 	}
-	return out, calls
+	return out, calls, events
+}
+
+// Prompt hashes handed in with the request (as the simulator does) change
+// nothing: the same results and the same KV events as the core hashing the
+// prompt itself. Hashes of the wrong length are refused.
+func TestCoreGivenHashesEqualOwn(t *testing.T) {
+	own, _, ownEv := runCoreReqs(t, 0, coreRequests())
+	reqs := coreRequests()
+	for i := range reqs {
+		reqs[i].Hashes = kvindex.HashChain(nil, "", reqs[i].Tokens, 16)
+	}
+	given, _, givenEv := runCoreReqs(t, 0, reqs)
+	if !reflect.DeepEqual(given, own) {
+		t.Errorf("results differ with the prompt hashes given")
+	}
+	if !reflect.DeepEqual(givenEv, ownEv) {
+		t.Errorf("KV events differ with the prompt hashes given: %d events, %d hashing itself", len(givenEv), len(ownEv))
+	}
+	c, err := NewCore(Config{KVBlocks: 64}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := reqs[0]
+	bad.Hashes = bad.Hashes[:len(bad.Hashes)-1]
+	if _, err := c.Add(bad, 0); err == nil {
+		t.Errorf("Add took %d hashes for a %d-token prompt", len(bad.Hashes), len(bad.Tokens))
+	}
 }
 
 // A jump over an uninterrupted decode phase lands exactly where stepping

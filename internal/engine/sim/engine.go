@@ -24,6 +24,11 @@ type Request struct {
 	ID     string
 	Tokens []uint32 // the prompt
 	Salt   string   // cache_salt: seeds the block-hash chain
+	// Hashes, if set, are the prompt's full-block hashes as
+	// kvindex.HashChain(nil, Salt, Tokens, block size) computes them: a
+	// caller that has them (the simulator, which routed on them) spares
+	// the engine hashing the prompt again. They are copied.
+	Hashes []uint64
 	// MaxTokens is how many tokens to generate; the request then finishes
 	// with "length". Zero means "until the natural stop", a deterministic
 	// length of 16-256 tokens that finishes with "stop".

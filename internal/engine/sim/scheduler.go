@@ -235,7 +235,7 @@ func (e *Core) finish(s *seq) {
 		full := s.promptLen / e.bs
 		p := &PinnedSet{Parent: kvindex.Root(s.req.Salt), c: e}
 		for _, h := range s.hashes[:full] {
-			if _, ok := e.bm.byHash[h]; !ok {
+			if !e.bm.byHash.has(h, e.bm.blocks) {
 				break // a duplicate block whose twin was evicted: pin the prefix
 			}
 			p.blocks = append(p.blocks, e.bm.acquireCached(h))
