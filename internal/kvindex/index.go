@@ -50,6 +50,9 @@ type Index struct {
 	ids   map[string]WorkerID
 	free  []WorkerID               // dropped IDs, reused after fresh ones run out
 	names atomic.Pointer[[]string] // by WorkerID; copy-on-write so lookups read it without a lock
+	// gen counts changes to ids (written under mu): an ID looked up
+	// under one gen is still the worker's while Gen returns the same.
+	gen atomic.Uint64
 
 	// held counts each worker's entries, by WorkerID: how much of its cache
 	// the index says is in use (256 KiB for MaxWorkers counters).
@@ -150,6 +153,7 @@ func (x *Index) register(worker string) (WorkerID, bool) {
 	names[id] = worker
 	x.names.Store(&names)
 	x.ids[worker] = id
+	x.gen.Add(1)
 	return id, true
 }
 
@@ -322,6 +326,7 @@ func (x *Index) DropWorker(worker string) {
 		x.heldTier[id][t].Store(0)
 	}
 	delete(x.ids, worker)
+	x.gen.Add(1)
 	old := *x.names.Load()
 	names := make([]string, len(old))
 	copy(names, old)
@@ -329,6 +334,13 @@ func (x *Index) DropWorker(worker string) {
 	x.names.Store(&names)
 	x.free = append(x.free, id)
 }
+
+// Gen changes whenever a worker gains or loses its ID: callers may keep
+// the IDs they looked up (ID) while it returns the same value.
+func (x *Index) Gen() uint64 { return x.gen.Load() }
+
+// HeldBlocks is WorkerBlocks by ID (0 for ID 0): no lookup, one atomic load.
+func (x *Index) HeldBlocks(id WorkerID) int { return int(x.held[id].Load()) }
 
 // WorkerBlocks returns how many blocks the index says worker holds (0 for
 // an unknown worker). Cost: one map lookup under a read lock.

@@ -34,9 +34,12 @@ type tracker struct {
 	reportTTL time.Duration
 	now       func() time.Time
 
-	mu      sync.Mutex // guards workers and reqs
+	mu      sync.Mutex // guards workers, reqs and gen
 	workers map[string]*workerLoad
 	reqs    map[string]inflightReq // by request ID
+	// gen counts deletions from workers: a *workerLoad resolved under
+	// one gen stays the worker's entry while gen is unchanged.
+	gen uint64
 }
 
 type workerLoad struct {
@@ -181,42 +184,67 @@ func (t *tracker) fill(ws []Worker, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range ws {
-		w := t.workers[ws[i].ID]
-		if w == nil {
-			ws[i].Load = Load{}
-			continue
-		}
-		l := w.tracked
-		if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
-			rep := w.reported
-			subtracted := false
-			for _, f := range w.finished {
-				if f.at.After(w.at.Add(-reportGrace)) {
-					rep.QueuedPrefillBlocks -= f.queued
-					rep.ActiveDecodeBlocks -= f.decoding
-					rep.InFlight--
-					subtracted = true
-				}
-			}
-			if subtracted && rep.InFlight <= 0 {
-				// Every request the report saw has finished since: what
-				// is left of its blocks is rounding (the worker counts
-				// partial and generated blocks), not load. A stray block
-				// here tipped cold prefixes onto the fuller cache.
-				rep.QueuedPrefillBlocks, rep.ActiveDecodeBlocks = 0, 0
-			}
-			l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, rep.QueuedPrefillBlocks)
-			l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, rep.ActiveDecodeBlocks)
-			l.InFlight = max(l.InFlight, rep.InFlight)
-		}
-		ws[i].Load = l
+		ws[i].Load = t.effective(t.workers[ws[i].ID], now)
 	}
+}
+
+// fillResolved is fill for the candidates res was prepared for (res.prepare
+// on ws): it looks each worker's entry up by name only when res has none
+// from the current gen, creating entries for workers not seen yet (an
+// empty entry's load is that of an unknown worker).
+func (t *tracker) fillResolved(ws []Worker, now time.Time, res *resolved) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !res.tok || res.tgen != t.gen {
+		res.loads = res.loads[:0]
+		for i := range ws {
+			res.loads = append(res.loads, t.worker(ws[i].ID))
+		}
+		res.tok, res.tgen = true, t.gen
+	}
+	for i := range ws {
+		ws[i].Load = t.effective(res.loads[i], now)
+	}
+}
+
+// effective is w's load as Pick uses it at now: the tracked load, raised
+// to a fresh report's (less what finished since it was taken). nil: an
+// unknown worker. t.mu must be held.
+func (t *tracker) effective(w *workerLoad, now time.Time) Load {
+	if w == nil {
+		return Load{}
+	}
+	l := w.tracked
+	if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
+		rep := w.reported
+		subtracted := false
+		for _, f := range w.finished {
+			if f.at.After(w.at.Add(-reportGrace)) {
+				rep.QueuedPrefillBlocks -= f.queued
+				rep.ActiveDecodeBlocks -= f.decoding
+				rep.InFlight--
+				subtracted = true
+			}
+		}
+		if subtracted && rep.InFlight <= 0 {
+			// Every request the report saw has finished since: what
+			// is left of its blocks is rounding (the worker counts
+			// partial and generated blocks), not load. A stray block
+			// here tipped cold prefixes onto the fuller cache.
+			rep.QueuedPrefillBlocks, rep.ActiveDecodeBlocks = 0, 0
+		}
+		l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, rep.QueuedPrefillBlocks)
+		l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, rep.ActiveDecodeBlocks)
+		l.InFlight = max(l.InFlight, rep.InFlight)
+	}
+	return l
 }
 
 func (t *tracker) forget(worker string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.workers, worker)
+	t.gen++
 	for id, r := range t.reqs {
 		if r.worker == worker {
 			delete(t.reqs, id)
