@@ -38,7 +38,7 @@ tokenizer-deps:
 	cd test/tokenizer && npm ci --no-audit --no-fund --loglevel=error
 
 tokenizer-oracle: tokenizer-deps
-	$(GO) test -count=1 -tags oracle -timeout 10m ./internal/tokenizer/hf/
+	$(GO) test -count=1 -tags oracle -timeout 10m ./internal/tokenizer/hf/ ./internal/tokenizer/
 
 test: vet unit e2e tokenizer-oracle
 

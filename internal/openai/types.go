@@ -7,6 +7,7 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -42,7 +43,17 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	m.Role, m.Content = raw.Role, ""
-	switch c := raw.Content.(type) {
+	return m.setContent(raw.Content, b)
+}
+
+// contentType names what content must be in type errors (a nil Type
+// makes UnmarshalTypeError.Error panic).
+var contentType = reflect.TypeFor[string]()
+
+// setContent sets m.Content from a decoded content value: nil, a string,
+// or text parts. b is the message, for the type error.
+func (m *Message) setContent(content any, b []byte) error {
+	switch c := content.(type) {
 	case nil:
 		return nil
 	case string:
@@ -53,7 +64,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		for i, part := range c {
 			p, ok := part.(map[string]any)
 			if !ok {
-				return &json.UnmarshalTypeError{Value: "content part that is not an object", Field: "content"}
+				return &json.UnmarshalTypeError{Value: "content part that is not an object", Field: "content", Type: contentType}
 			}
 			typ, _ := p["type"].(string)
 			text, isText := p["text"].(string)
@@ -61,7 +72,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 				return &ContentPartError{Type: typ}
 			}
 			if !isText {
-				return &json.UnmarshalTypeError{Value: "text part without text", Field: "content"}
+				return &json.UnmarshalTypeError{Value: "text part without text", Field: "content", Type: contentType}
 			}
 			if i > 0 {
 				sb.WriteByte('\n')
@@ -71,7 +82,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 		m.Content = sb.String()
 		return nil
 	default:
-		return &json.UnmarshalTypeError{Value: string(truncate(b, 32)), Field: "content"}
+		return &json.UnmarshalTypeError{Value: string(truncate(b, 32)), Field: "content", Type: contentType}
 	}
 }
 

@@ -61,10 +61,38 @@ func (c Cl100k) EncodeChat(msgs []openai.Message, _ ChatOptions) ([]uint32, erro
 // HF is a HuggingFace tokenizer.json as a Model. The chat template is
 // recognised when it loads; ChatErr says why chats cannot be encoded (no
 // template, or one not rendered here), so a server can refuse to start.
+//
+// Encode, EncodePrompt and EncodeChat go through a bounded cache of
+// section encodings (see sectionCache), shared by copies of the HF: a
+// conversation's turns already seen are not encoded again. The ids are
+// those of hf.Tokenizer's methods, by construction.
 type HF struct {
 	*hf.Tokenizer
-	chat    *hf.ChatTemplate
-	chatErr error
+	chat     *hf.ChatTemplate
+	chatErr  error
+	sections *sectionCache
+}
+
+// Encode implements Model, through the section cache.
+func (h HF) Encode(text string) []uint32 {
+	return h.appendEncode(make([]uint32, 0, len(text)/4+8), text)
+}
+
+func (h HF) appendEncode(dst []uint32, text string) []uint32 {
+	if h.sections == nil {
+		return h.AppendEncode(dst, text)
+	}
+	return h.AppendEncodeSections(dst, text, func(dst []uint32, s string) []uint32 {
+		return h.sections.appendSection(dst, s, h.AppendSection)
+	})
+}
+
+// CacheStats reports the section cache's counters.
+func (h HF) CacheStats() CacheStats {
+	if h.sections == nil {
+		return CacheStats{}
+	}
+	return h.sections.stats()
 }
 
 // ChatErr is nil when the tokenizer can encode chats.
@@ -73,8 +101,14 @@ func (h HF) ChatErr() error { return h.chatErr }
 // Name implements Model.
 func (h HF) Name() string { return h.Path() }
 
-// EncodePrompt implements Model.
-func (h HF) EncodePrompt(text string) []uint32 { return h.EncodeWithSpecial(text) }
+// EncodePrompt implements Model: the ids of hf's EncodeWithSpecial.
+func (h HF) EncodePrompt(text string) []uint32 {
+	prefix, suffix := h.PostProcess()
+	dst := make([]uint32, 0, len(text)/4+8+len(prefix)+len(suffix))
+	dst = append(dst, prefix...)
+	dst = h.appendEncode(dst, text)
+	return append(dst, suffix...)
+}
 
 // EncodeChat implements Model.
 func (h HF) EncodeChat(msgs []openai.Message, o ChatOptions) ([]uint32, error) {
@@ -124,7 +158,7 @@ func Open(spec string) (Model, error) {
 		return nil, err
 	}
 	chat, err := t.Chat()
-	return HF{Tokenizer: t, chat: chat, chatErr: err}, nil
+	return HF{Tokenizer: t, chat: chat, chatErr: err, sections: newSectionCache(sectionCacheBytes)}, nil
 }
 
 // resolve finds the tokenizer.json a --tokenizer value names.

@@ -95,6 +95,27 @@ func (t *Tokenizer) EncodeWithSpecial(text string) []uint32 {
 // AppendEncode appends the ids of text to dst, like Encode. With room in
 // dst, valid NFC text allocates nothing.
 func (t *Tokenizer) AppendEncode(dst []uint32, text string) []uint32 {
+	return t.AppendEncodeSections(dst, text, t.AppendSection)
+}
+
+// PostProcess returns the post-processor's tokens, which EncodeWithSpecial
+// puts before and after the text. The slices are shared: do not modify them.
+func (t *Tokenizer) PostProcess() (prefix, suffix []uint32) { return t.prefix, t.suffix }
+
+// AppendSection appends the ids of one section of text: a span between
+// the added tokens that are split out before normalization (those with
+// normalized false, such as <|im_start|>), after their lstrip and rstrip.
+// AppendEncode is the concatenation of its sections' ids and those added
+// tokens' ids, and a section's ids depend on its text alone, so a caller
+// may memoize AppendSection by the section's text and pass the memo to
+// AppendEncodeSections: the ids are the same, by construction.
+func (t *Tokenizer) AppendSection(dst []uint32, s string) []uint32 {
+	return t.appendNormalized(dst, s)
+}
+
+// AppendEncodeSections is AppendEncode with each section encoded by
+// section, which must append what AppendSection would.
+func (t *Tokenizer) AppendEncodeSections(dst []uint32, text string, section func(dst []uint32, s string) []uint32) []uint32 {
 	if !utf8.ValidString(text) {
 		text = ToValidUTF8(text)
 	}
@@ -102,13 +123,13 @@ func (t *Tokenizer) AppendEncode(dst []uint32, text string) []uint32 {
 	for i := 0; ; {
 		at, a := t.rawAdded.next(text, i)
 		if at < 0 {
-			return t.appendNormalized(dst, text[start:])
+			return section(dst, text[start:])
 		}
-		section := text[start:at]
+		sec := text[start:at]
 		if a.LStrip {
-			section = strings.TrimRightFunc(section, isSpace)
+			sec = strings.TrimRightFunc(sec, isSpace)
 		}
-		dst = t.appendNormalized(dst, section)
+		dst = section(dst, sec)
 		dst = append(dst, a.ID)
 		start = at + len(a.Content)
 		if a.RStrip {

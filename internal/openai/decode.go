@@ -1,0 +1,498 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// DecodeRequest decodes a completion or chat request body into req with
+// the result and the errors of json.Unmarshal(body, req), at a fraction of
+// its cost for a long prompt.
+//
+// encoding/json reads a 1,500-word message four times over (validating
+// the body, skipping the messages array, validating the message again in
+// Message.UnmarshalJSON, then decoding it), which took ~100 µs, as much as
+// tokenizing it. Here the messages and a string prompt are validated and
+// decoded in one pass, and only the other, small, members go through
+// encoding/json. Anything out of the ordinary (a syntax or type error, a
+// key written with escapes or twice, nesting past maxDepth) falls back to
+// json.Unmarshal of the whole body, which then decides; FuzzDecodeRequest
+// holds the two to the same answers.
+func DecodeRequest(body []byte, req *CompletionRequest) error {
+	if decodeFast(body, req) {
+		return nil
+	}
+	*req = CompletionRequest{}
+	return json.Unmarshal(body, req)
+}
+
+// maxDepth bounds the nesting the fast path follows; deeper bodies go to
+// encoding/json (which allows 10,000 levels).
+const maxDepth = 200
+
+// reader walks a JSON document. Its methods return false on anything the
+// fast path does not take, valid or not.
+type reader struct {
+	b []byte
+	i int
+}
+
+func decodeFast(body []byte, req *CompletionRequest) bool {
+	d := reader{b: body}
+	if !d.consume('{') {
+		return false
+	}
+	rest := make([]byte, 1, 256)
+	rest[0] = '{'
+	var msgs []Message
+	var prompt *Prompt
+	sawMessages, sawPrompt := false, false
+	if !d.consume('}') {
+		for {
+			memberStart := d.ws()
+			key, ok := d.key()
+			if !ok || !d.consume(':') {
+				return false
+			}
+			d.ws()
+			switch {
+			case strings.EqualFold(key, "messages"):
+				if sawMessages {
+					return false
+				}
+				sawMessages = true
+				if msgs, ok = d.messages(); !ok {
+					return false
+				}
+			case strings.EqualFold(key, "prompt") && d.peek() == '"':
+				if sawPrompt {
+					return false
+				}
+				sawPrompt = true
+				s, ok := d.str()
+				if !ok {
+					return false
+				}
+				prompt = &Prompt{Text: s}
+			default:
+				if strings.EqualFold(key, "prompt") {
+					if sawPrompt {
+						return false
+					}
+					sawPrompt = true
+				}
+				if !d.skip(0) {
+					return false
+				}
+				if len(rest) > 1 {
+					rest = append(rest, ',')
+				}
+				rest = append(rest, body[memberStart:d.i]...)
+			}
+			if d.consume(',') {
+				continue
+			}
+			if d.consume('}') {
+				break
+			}
+			return false
+		}
+	}
+	if d.ws(); d.i != len(body) {
+		return false
+	}
+	rest = append(rest, '}')
+	if json.Unmarshal(rest, req) != nil {
+		return false
+	}
+	if sawMessages {
+		req.Messages = msgs
+	}
+	if prompt != nil {
+		req.Prompt = prompt
+	}
+	return true
+}
+
+// messages reads a messages array (or null).
+func (d *reader) messages() ([]Message, bool) {
+	if d.literal("null") {
+		return nil, true
+	}
+	if !d.consume('[') {
+		return nil, false
+	}
+	msgs := make([]Message, 0, 4)
+	if d.consume(']') {
+		return msgs, true
+	}
+	for {
+		m, ok := d.message()
+		if !ok {
+			return nil, false
+		}
+		msgs = append(msgs, m)
+		if d.consume(',') {
+			continue
+		}
+		return msgs, d.consume(']')
+	}
+}
+
+// message reads one message object as Message.UnmarshalJSON does: role
+// and content, other members validated and ignored.
+func (d *reader) message() (Message, bool) {
+	var m Message
+	if d.ws(); !d.consume('{') {
+		return m, false
+	}
+	if d.consume('}') {
+		return m, true
+	}
+	sawRole, sawContent := false, false
+	for {
+		d.ws()
+		key, ok := d.key()
+		if !ok || !d.consume(':') {
+			return m, false
+		}
+		d.ws()
+		switch {
+		case strings.EqualFold(key, "role"):
+			if sawRole {
+				return m, false
+			}
+			sawRole = true
+			if !d.literal("null") {
+				if m.Role, ok = d.str(); !ok {
+					return m, false
+				}
+			}
+		case strings.EqualFold(key, "content"):
+			if sawContent {
+				return m, false
+			}
+			sawContent = true
+			switch d.peek() {
+			case 'n':
+				if !d.literal("null") {
+					return m, false
+				}
+			case '"':
+				if m.Content, ok = d.str(); !ok {
+					return m, false
+				}
+			case '[':
+				// Content parts: rare, and short; encoding/json and the
+				// parts rules of Message.UnmarshalJSON.
+				start := d.i
+				if !d.skip(1) {
+					return m, false
+				}
+				var parts any
+				if json.Unmarshal(d.b[start:d.i], &parts) != nil || m.setContent(parts, nil) != nil {
+					return m, false
+				}
+			default:
+				return m, false
+			}
+		default:
+			if !d.skip(1) {
+				return m, false
+			}
+		}
+		if d.consume(',') {
+			continue
+		}
+		return m, d.consume('}')
+	}
+}
+
+// ws skips white space and returns the position after it.
+func (d *reader) ws() int {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return d.i
+		}
+	}
+	return d.i
+}
+
+// consume skips white space and c, if c is next.
+func (d *reader) consume(c byte) bool {
+	if d.ws(); d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+func (d *reader) peek() byte {
+	if d.ws(); d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+func (d *reader) literal(lit string) bool {
+	if d.ws(); len(d.b)-d.i >= len(lit) && string(d.b[d.i:d.i+len(lit)]) == lit {
+		d.i += len(lit)
+		return true
+	}
+	return false
+}
+
+// key reads an object key written without escapes.
+func (d *reader) key() (string, bool) {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return "", false
+	}
+	for j := d.i + 1; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '"':
+			k := string(d.b[d.i+1 : j])
+			d.i = j + 1
+			return k, true
+		case c == '\\' || c < 0x20:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// str reads a string, decoded as encoding/json decodes it: escapes
+// resolved, a lone or broken surrogate escape and each byte of invalid
+// UTF-8 replaced by U+FFFD.
+func (d *reader) str() (string, bool) {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return "", false
+	}
+	start := d.i + 1
+	for j := start; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '"':
+			d.i = j + 1
+			return string(d.b[start:j]), true
+		case c == '\\' || c < 0x20 || c >= utf8.RuneSelf:
+			return d.strSlow(start, j)
+		}
+	}
+	return "", false
+}
+
+// strSlow is str from j on, where the first escape, control or non-ASCII
+// byte is.
+func (d *reader) strSlow(start, j int) (string, bool) {
+	out := make([]byte, 0, j-start+64)
+	out = append(out, d.b[start:j]...)
+	for j < len(d.b) {
+		c := d.b[j]
+		switch {
+		case c == '"':
+			d.i = j + 1
+			return string(out), true
+		case c < 0x20:
+			return "", false
+		case c >= utf8.RuneSelf:
+			r, n := utf8.DecodeRune(d.b[j:])
+			if r == utf8.RuneError && n == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, d.b[j:j+n]...)
+			}
+			j += n
+		case c != '\\':
+			out = append(out, c)
+			j++
+		default:
+			if j+1 >= len(d.b) {
+				return "", false
+			}
+			switch e := d.b[j+1]; e {
+			case '"', '\\', '/':
+				out = append(out, e)
+			case 'b':
+				out = append(out, '\b')
+			case 'f':
+				out = append(out, '\f')
+			case 'n':
+				out = append(out, '\n')
+			case 'r':
+				out = append(out, '\r')
+			case 't':
+				out = append(out, '\t')
+			case 'u':
+				r, ok := hex4(d.b, j+2)
+				if !ok {
+					return "", false
+				}
+				j += 6
+				if utf16.IsSurrogate(r) {
+					// A pair decodes as one rune; a lone half is U+FFFD
+					// and the escape after it is read on its own.
+					r2, ok := hex4(d.b, j+2)
+					if ok && d.b[j] == '\\' && d.b[j+1] == 'u' {
+						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
+							out = utf8.AppendRune(out, dec)
+							j += 6
+							continue
+						}
+					}
+					r = utf8.RuneError
+				}
+				out = utf8.AppendRune(out, r)
+				continue
+			default:
+				return "", false
+			}
+			j += 2
+		}
+	}
+	return "", false
+}
+
+// hex4 reads the four hex digits at b[i:], if they are there.
+func hex4(b []byte, i int) (rune, bool) {
+	if i+4 > len(b) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// skip reads past one value of any kind, checking its syntax.
+func (d *reader) skip(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	switch d.peek() {
+	case '"':
+		return d.skipString()
+	case '{':
+		d.i++
+		if d.consume('}') {
+			return true
+		}
+		for {
+			d.ws()
+			if !d.skipString() || !d.consume(':') || !d.skip(depth+1) {
+				return false
+			}
+			if d.consume(',') {
+				continue
+			}
+			return d.consume('}')
+		}
+	case '[':
+		d.i++
+		if d.consume(']') {
+			return true
+		}
+		for {
+			if !d.skip(depth + 1) {
+				return false
+			}
+			if d.consume(',') {
+				continue
+			}
+			return d.consume(']')
+		}
+	case 't':
+		return d.literal("true")
+	case 'f':
+		return d.literal("false")
+	case 'n':
+		return d.literal("null")
+	default:
+		return d.number()
+	}
+}
+
+// skipString reads past a string, checking its escapes.
+func (d *reader) skipString() bool {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return false
+	}
+	for j := d.i + 1; j < len(d.b); j++ {
+		switch c := d.b[j]; {
+		case c == '"':
+			d.i = j + 1
+			return true
+		case c < 0x20:
+			return false
+		case c == '\\':
+			if j+1 >= len(d.b) {
+				return false
+			}
+			switch d.b[j+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				j++
+			case 'u':
+				if _, ok := hex4(d.b, j+2); !ok {
+					return false
+				}
+				j += 5
+			default:
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// number reads past a number in JSON's grammar:
+// -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)?
+func (d *reader) number() bool {
+	b, i := d.b, d.i
+	digits := func() bool {
+		s := i
+		for i < len(b) && '0' <= b[i] && b[i] <= '9' {
+			i++
+		}
+		return i > s
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	d.i = i
+	return true
+}
