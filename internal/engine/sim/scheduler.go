@@ -50,7 +50,7 @@ func (e *Core) step(st *stepState) time.Duration {
 			continue // its prefix is still loading from a lower tier
 		}
 		if len(s.loading) > 0 {
-			e.loadDone(s)
+			e.loadLanded(s)
 		}
 		n := min(len(s.tokens)-s.computed, budget)
 		need := ceilDiv(s.computed+n, e.bs) - len(s.blocks)
@@ -101,7 +101,7 @@ func (e *Core) step(st *stepState) time.Duration {
 				t.ref(h)
 				t.hits++
 				ready = max(ready, t.entries[h].readyAt)
-				s.loading = append(s.loading, tierRef{t, h})
+				s.loading = append(s.loading, tierRef{t, h, i})
 			}
 		}
 		for i, h := range s.hashes[:hit] {
@@ -114,14 +114,6 @@ func (e *Core) step(st *stepState) time.Duration {
 		for i := range src {
 			if src[i] != kvevents.TierGPU {
 				s.blocks[i], _ = e.bm.allocate()
-			}
-		}
-		for i := range src {
-			if src[i] != kvevents.TierGPU {
-				// Cached on admission, as computed blocks are on their
-				// step: a request that hits them meanwhile is spared a
-				// load it would have queued behind this one's anyway.
-				e.bm.commit(s.blocks[i], e.parentOf(s, i), s.hashes[i], s.tokens[i*e.bs:(i+1)*e.bs:(i+1)*e.bs], s.req.Salt)
 			}
 		}
 		s.loadUntil = 0

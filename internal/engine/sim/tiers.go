@@ -102,14 +102,31 @@ func (ts lowerTiers) find(h uint64) *tierStore {
 	return nil
 }
 
-// tierRef is a load's pin on one lower-tier copy.
+// tierRef is a load's pin on one lower-tier copy, h, read into block i of
+// the loading sequence.
 type tierRef struct {
 	t *tierStore
 	h uint64
+	i int
+}
+
+// loadLanded caches the blocks s loaded, now that its load has finished,
+// and releases the lower-tier copies. Until then the blocks are not in GPU
+// memory for anyone: no GPU Stored event, no GPU hit for another prompt
+// (which loads its own copy). vLLM does the same with blocks a KV connector
+// loads (the scheduler allocates them with delay_cache_blocks and caches
+// them when the transfer completes). Caching them on admission, as this
+// engine did, let a prompt admitted during the load compute on KV that was
+// not there yet, and told the router the blocks were on the GPU early.
+func (c *Core) loadLanded(s *seq) {
+	for _, r := range s.loading {
+		c.bm.commit(s.blocks[r.i], c.parentOf(s, r.i), r.h, s.tokens[r.i*c.bs:(r.i+1)*c.bs:(r.i+1)*c.bs], s.req.Salt)
+	}
+	c.loadDone(s)
 }
 
 // loadDone releases the lower-tier copies s was loading from (its load has
-// finished, or s is being freed).
+// landed, or s is being freed before it did).
 func (c *Core) loadDone(s *seq) {
 	for _, r := range s.loading {
 		r.t.unref(r.h)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +180,84 @@ func TestOffloadConfigErrors(t *testing.T) {
 		if _, err := NewCore(cfg, false); err == nil {
 			t.Errorf("NewCore(%+v) accepted", cfg)
 		}
+	}
+}
+
+// TestTierLoadLandsBeforeGPU: a block loaded back from host memory is in
+// GPU memory only once its load has finished, as vLLM caches blocks it
+// receives from a KV connector when the transfer completes
+// (delay_cache_blocks). So its GPU Stored event comes from a step that
+// starts after the load, and a prompt admitted during the load cannot hit
+// it on the GPU: it loads its own copy, queued behind the first on the
+// host link.
+func TestTierLoadLandsBeforeGPU(t *testing.T) {
+	log := &eventLog{}
+	c, err := NewCore(Config{KVBlocks: 10, BlockSize: 64, KVOffloadGiB: 1, Publisher: log}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := span(100, 256) // 4 blocks
+	runOne(t, c, Request{ID: "a", Tokens: a, MaxTokens: 1})
+	// 576 fresh tokens need 9 of the 10 blocks: three of a's four go to
+	// host memory.
+	runOne(t, c, Request{ID: "b", Tokens: span(5000, 576), MaxTokens: 1})
+	ah := kvindex.HashChain(nil, "", a, 64)
+	cpu := c.bm.lowerTier(kvevents.TierCPU)
+	for _, h := range ah[1:] {
+		if _, ok := cpu.entries[h]; !ok {
+			t.Fatalf("a's block %x is not in host memory: bad test setup", h)
+		}
+	}
+
+	t0 := c.Clock()
+	h2, err := c.Add(Request{ID: "a2", Tokens: append(slices.Clone(a), span(900, 64)...), MaxTokens: 1}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h3, err := c.Add(Request{ID: "a3", Tokens: append(slices.Clone(a), span(1900, 64)...), MaxTokens: 1}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Profile()
+	load := perfmodel.LoadTime(&p, perfmodel.TierCPU, 192)
+	// Step one at a time, noting when each published step started.
+	var starts []time.Duration
+	for done := 0; done < 2; {
+		start, before := c.Clock(), len(log.all())
+		dt, dels := c.Advance(start + 1)
+		if dt == 0 {
+			t.Fatal("core stalled")
+		}
+		for range log.all()[before:] {
+			starts = append(starts, start)
+		}
+		for _, d := range dels {
+			if d.Done {
+				done++
+			}
+		}
+	}
+	for i, step := range log.all()[len(log.all())-len(starts):] {
+		for _, e := range step {
+			if e.Kind != kvevents.Stored || e.Medium != kvevents.TierGPU {
+				continue
+			}
+			for _, h := range e.Hashes {
+				if slices.Contains(ah[1:], h) && starts[i] < t0+load {
+					t.Errorf("GPU Stored %x published by a step starting at %v, before the load lands at %v", h, starts[i], t0+load)
+				}
+			}
+		}
+	}
+	r2, r3 := h2.Result(), h3.Result()
+	want := [kvevents.NumTiers]int{64, 192, 0}
+	if r2.TierTokens != want || r3.TierTokens != want {
+		t.Errorf("tier tokens a2 %v a3 %v, want both %v (a3 cannot hit blocks still loading)", r2.TierTokens, r3.TierTokens, want)
+	}
+	if r2.TTFT < load {
+		t.Errorf("a2 ttft %v, below its load %v", r2.TTFT, load)
+	}
+	if r3.TTFT < 2*load {
+		t.Errorf("a3 ttft %v, below two loads %v queued on the host link", r3.TTFT, 2*load)
 	}
 }
