@@ -15,7 +15,10 @@
 //	step_w  = S_w(inflight_w + 1 tokens, reading decode_w·bs + n tokens of KV)
 //
 // (α defaults to 1; lowest wins; ties go to the least loaded worker, then
-// to the emptiest cache, then rotate). P_w is the prefill time of w's
+// to the emptiest cache, then to the lowest hash of the prompt's chain hash
+// and the worker's ID: a rule that spreads distinct prompts as evenly as
+// random choice, yet depends on the request alone, so that a live cluster
+// and `switchyard simulate` break every tie alike). P_w is the prefill time of w's
 // profile (perfmodel.PrefillTime, chunked at its max_num_batched_tokens C,
 // 8192 when unstated), S_w its step time (perfmodel.StepTime), queued_w
 // and decode_w its tracked queued-prefill and active-decode blocks and
@@ -63,9 +66,10 @@
 // Config.TierBlind (--router-tier-blind), lower-tier blocks count as
 // misses in both costs, as a router that ignores CPU-tier events would.
 //
-// Rotation (round-robin, and the tie-breaking of kv and
-// least-loaded) keeps one counter per candidate set, so a caller that picks
-// from two pools per request (decode, then prefill) rotates evenly in each.
+// Rotation (round-robin, and the tie-breaking of kv and least-loaded for a
+// prompt too short to fill a block) keeps one counter per candidate set, so
+// a caller that picks from two pools per request (decode, then prefill)
+// rotates evenly in each.
 //
 // overlap_w comes from the prefix index (kvindex). For a worker whose KV
 // events are not healthy, the router also consults its own recent

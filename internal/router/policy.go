@@ -41,7 +41,7 @@ type Load struct {
 	ActiveDecodeBlocks  int // KV blocks of requests that are decoding
 	InFlight            int // requests
 	// CachedBlocks is how many blocks the prefix index says the worker
-	// caches: the last tie-breaker of kv before rotation, so that a new
+	// caches: the last tie-breaker of kv before the tie rank, so that a new
 	// prefix goes where the cache is emptiest.
 	CachedBlocks int
 }
@@ -160,27 +160,47 @@ func (r *rotation) next(workers []Worker) uint64 {
 }
 
 // setKey identifies a set of worker IDs regardless of their order: the sum
-// of a mixed FNV-1a hash of each ID.
+// of idHash of each ID.
 func setKey(workers []Worker) uint64 {
 	var k uint64
 	for i := range workers {
-		h := uint64(14695981039346656037)
-		id := workers[i].ID
-		for j := 0; j < len(id); j++ {
-			h ^= uint64(id[j])
-			h *= 1099511628211
-		}
-		// splitmix64 finaliser: FNV's low bits mix poorly, and a plain sum
-		// of them would make distinct sets collide easily.
-		h ^= h >> 30
-		h *= 0xbf58476d1ce4e5b9
-		h ^= h >> 27
-		h *= 0x94d049bb133111eb
-		h ^= h >> 31
-		k += h
+		k += idHash(workers[i].ID)
 	}
 	return k
 }
+
+// idHash is a mixed FNV-1a hash of a worker ID.
+func idHash(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for j := 0; j < len(id); j++ {
+		h ^= uint64(id[j])
+		h *= 1099511628211
+	}
+	// FNV's low bits mix poorly: a plain sum of them would make distinct
+	// sets collide easily, and a tie rank would favour some IDs.
+	return mix64(h)
+}
+
+// mix64 is the splitmix64 finaliser.
+func mix64(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+// tieRank orders candidates that kv or least-loaded cannot tell apart
+// (equal cost, load and cache): the lowest rank wins. It hashes the
+// prompt's chain hash (its last full block's, which covers every token
+// before it) with the worker's ID, so the winner depends on the request
+// alone: not on how many picks came before, on which frontend replica
+// picks, or on when it arrives. A live cluster and `switchyard simulate`
+// therefore break the same tie the same way, and so do two replicas handed
+// the same new prompt at once. Distinct prompts spread over the workers as
+// evenly as random choice would.
+func tieRank(chain uint64, w *Worker) uint64 { return mix64(chain ^ idHash(w.ID)) }
 
 // RoundRobin rotates over each candidate set: the n-th pick from a set
 // (counted across all goroutines) takes candidate n mod len(workers).
@@ -225,7 +245,8 @@ func (p *Random) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, 
 }
 
 // LeastLoaded picks the candidate with the fewest queued prefill plus active
-// decode blocks; ties rotate, per candidate set.
+// decode blocks; ties go to the lowest tieRank, or rotate, per candidate
+// set, when the prompt has no full block to rank by.
 type LeastLoaded struct{ rot rotation }
 
 // Name implements Policy.
@@ -236,16 +257,51 @@ func (p *LeastLoaded) Pick(req *Request, workers []Worker, ov Overlapper) (Decis
 	if len(workers) == 0 {
 		return Decision{}, ErrNoWorkers
 	}
-	n := len(workers)
-	start := int((p.rot.next(workers) + 1) % uint64(n))
-	best := start
-	for k := 1; k < n; k++ {
-		i := (start + k) % n
-		if workers[i].Load.Blocks() < workers[best].Load.Blocks() {
+	t := newTies(req, workers, &p.rot)
+	best := t.start
+	for k := 1; k < len(workers); k++ {
+		i := (t.start + k) % len(workers)
+		l, bl := workers[i].Load.Blocks(), workers[best].Load.Blocks()
+		if l < bl || (l == bl && t.before(workers, i, best)) {
 			best = i
 		}
 	}
 	return decision(workers, best, ov, PolicyLeastLoaded, ReasonLeastLoaded), nil
+}
+
+// ties breaks the full ties of one Pick: by tieRank when the prompt has a
+// full block, otherwise by scan order from a rotating start (the first
+// candidate met wins). It ranks a candidate only when a tie needs it.
+type ties struct {
+	ranked   bool
+	chain    uint64 // the prompt's last block hash, when ranked
+	start    int    // where the scan starts
+	best     int    // the candidate bestRank belongs to; -1: none ranked
+	bestRank uint64
+}
+
+func newTies(req *Request, workers []Worker, rot *rotation) ties {
+	if len(req.Hashes) > 0 {
+		return ties{ranked: true, chain: req.Hashes[len(req.Hashes)-1], best: -1}
+	}
+	return ties{start: int((rot.next(workers) + 1) % uint64(len(workers))), best: -1}
+}
+
+// before reports whether candidate i wins a full tie against candidate
+// best (met earlier in the scan).
+func (t *ties) before(workers []Worker, i, best int) bool {
+	if !t.ranked {
+		return false
+	}
+	if t.best != best {
+		t.best, t.bestRank = best, tieRank(t.chain, &workers[best])
+	}
+	r := tieRank(t.chain, &workers[i])
+	if r < t.bestRank {
+		t.best, t.bestRank = i, r
+		return true
+	}
+	return false
 }
 
 // KV is the cache-aware policy; see the package comment for its cost.
@@ -253,7 +309,7 @@ type KV struct {
 	// Alpha weighs prefill blocks (to compute or queued) against decode
 	// blocks; 1 when zero.
 	Alpha float64
-	rot   rotation // tie rotation, per candidate set
+	rot   rotation // tie rotation of prompts without a full block, per candidate set
 }
 
 // Name implements Policy.
@@ -277,21 +333,22 @@ func (p *KV) alpha() float64 {
 	return p.Alpha
 }
 
-// Pick implements Policy. The scan starts at a rotating offset and keeps the
-// first strictly better candidate, so full ties (cold prompts on idle
-// workers) spread over the pool instead of piling onto the first. The
-// offset rotates per candidate set, so picks from another pool do not
-// disturb it.
+// Pick implements Policy. Full ties (cold prompts on idle workers) go to
+// the lowest tieRank, so they spread over the pool instead of piling onto
+// the first, and fall the same way live and simulated. A prompt without a
+// full block has no rank: its scan starts at an offset that rotates per
+// candidate set (picks from another pool do not disturb it) and keeps the
+// first of the tied.
 func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, error) {
 	if len(workers) == 0 {
 		return Decision{}, ErrNoWorkers
 	}
 	b := len(req.Hashes)
 	n := len(workers)
-	start := int((p.rot.next(workers) + 1) % uint64(n))
+	t := newTies(req, workers, &p.rot)
 	best, bestCost, bestLoad, bestCached, bestOv, bestApprox := -1, 0.0, 0, 0, 0, false
 	for k := 0; k < n; k++ {
-		i := (start + k) % n
+		i := (t.start + k) % n
 		o, approx := ov.Overlap(i)
 		c := p.Cost(b, ov.Priced(i), workers[i].Load)
 		if ttft, decode, ok := ov.Estimate(i); ok {
@@ -302,8 +359,9 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 		// Ties go to the least loaded, then to the emptiest cache (a cold
 		// prefix placed by rotation alone can pile up on one worker and
 		// thrash its cache: seen in the e2e routing table as 48 of 60
-		// hits), then rotate.
-		if best < 0 || c < bestCost || (c == bestCost && (l < bestLoad || (l == bestLoad && cached < bestCached))) {
+		// hits), then to the lowest tie rank.
+		if best < 0 || c < bestCost || (c == bestCost && (l < bestLoad || (l == bestLoad &&
+			(cached < bestCached || (cached == bestCached && t.before(workers, i, best)))))) {
 			best, bestCost, bestLoad, bestCached, bestOv, bestApprox = i, c, l, cached, o, approx
 		}
 	}

@@ -76,14 +76,15 @@ func TestKVAlpha(t *testing.T) {
 	}
 }
 
+// TestFullTiesRotate: round-robin, and the tie-breaking of kv and
+// least-loaded for prompts too short to fill a block, rotate evenly.
 func TestFullTiesRotate(t *testing.T) {
-	req := &Request{Hashes: make([]uint64, 4)}
 	workers := ws(Load{}, Load{}, Load{}, Load{})
 	for _, p := range []Policy{&KV{}, &LeastLoaded{}, &RoundRobin{}} {
 		t.Run(p.Name(), func(t *testing.T) {
 			got := map[string]int{}
 			for i := 0; i < 400; i++ {
-				d, _ := p.Pick(req, workers, fixedOv{0, 0, 0, 0})
+				d, _ := p.Pick(&Request{PromptTokens: 5}, workers, fixedOv{0, 0, 0, 0})
 				got[d.Worker]++
 			}
 			for _, w := range workers {
@@ -92,6 +93,65 @@ func TestFullTiesRotate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFullTiesRank: kv and least-loaded break full ties by tieRank, a hash
+// of the prompt's chain hash and the worker: the same prompt goes to the
+// same worker whatever came before, whichever replica picks (rotation
+// start) and in whatever order the candidates come, while distinct prompts
+// spread as evenly as random choice would.
+func TestFullTiesRank(t *testing.T) {
+	workers := ws(Load{}, Load{}, Load{}, Load{})
+	reversed := []Worker{workers[3], workers[2], workers[1], workers[0]}
+	for _, newPolicy := range []func(start uint64) Policy{
+		func(start uint64) Policy { p := &KV{}; p.rot.start = start; return p },
+		func(start uint64) Policy { p := &LeastLoaded{}; p.rot.start = start; return p },
+	} {
+		t.Run(newPolicy(0).Name(), func(t *testing.T) {
+			a, b := newPolicy(0), newPolicy(12345)
+			got := map[string]int{}
+			const n = 4000
+			for i := range n {
+				req := &Request{Hashes: []uint64{7, mix64(uint64(i))}}
+				d, _ := a.Pick(req, workers, fixedOv{0, 0, 0, 0})
+				got[d.Worker]++
+				for k := range 3 { // later picks, another replica, another order
+					d2, _ := b.Pick(req, workers, fixedOv{0, 0, 0, 0})
+					d3, _ := a.Pick(req, reversed, fixedOv{0, 0, 0, 0})
+					if d2.Worker != d.Worker || d3.Worker != d.Worker {
+						t.Fatalf("prompt %d, repeat %d: picked %s, then %s (other replica) and %s (reversed candidates)",
+							i, k, d.Worker, d2.Worker, d3.Worker)
+					}
+				}
+			}
+			// Uniform choice gives 1,000 ± 27 (one standard deviation).
+			for _, w := range workers {
+				if got[w.ID] < 900 || got[w.ID] > 1100 {
+					t.Errorf("%s won %d of %d ties, want about %d (%v)", w.ID, got[w.ID], n, n/4, got)
+				}
+			}
+		})
+	}
+}
+
+// TestTieRankAfterLoadAndCache: the rank only decides among candidates
+// equal on cost, load and cached blocks.
+func TestTieRankAfterLoadAndCache(t *testing.T) {
+	req := &Request{Hashes: []uint64{42, 43}}
+	idle := ws(Load{}, Load{})
+	d, _ := (&KV{}).Pick(req, idle, fixedOv{0, 0})
+	other := "a"
+	if d.Worker == "a" {
+		other = "b"
+	}
+	i := int(other[0] - 'a')
+	for _, l := range []Load{{CachedBlocks: 1}, {ActiveDecodeBlocks: 1}} {
+		w := ws(l, l)
+		w[i].Load = Load{}
+		if d, _ := (&KV{}).Pick(req, w, fixedOv{0, 0}); d.Worker != other {
+			t.Errorf("kv with %+v on the tie-rank winner picked %s, want %s", l, d.Worker, other)
+		}
 	}
 }
 
@@ -150,13 +210,13 @@ func TestNoWorkers(t *testing.T) {
 // prefill worker for each request. Picks from the prefill pool must not
 // advance the decode pool's rotation (with one shared counter, two decode
 // workers and one prefill worker, every request landed on the same decode
-// worker).
+// worker). kv and least-loaded rotate only prompts without a full block.
 func TestRotationPerCandidateSet(t *testing.T) {
 	decode := []Worker{{ID: "decode-1", EventsHealthy: true}, {ID: "decode-2", EventsHealthy: true}}
 	prefill := []Worker{{ID: "prefill-1", EventsHealthy: true}}
 	for _, p := range []Policy{&RoundRobin{}, &KV{}, &LeastLoaded{}} {
 		t.Run(p.Name(), func(t *testing.T) {
-			req := &Request{Hashes: make([]uint64, 4)}
+			req := &Request{PromptTokens: 5}
 			got := map[string]int{}
 			var seq string
 			for i := 0; i < 6; i++ {

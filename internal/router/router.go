@@ -22,8 +22,9 @@ type Config struct {
 	Alpha float64
 	// Seed seeds the random policy.
 	Seed uint64
-	// RotationStart is where the tie-breaking rotation of kv, round-robin
-	// and least-loaded starts; replicas of one deployment should differ.
+	// RotationStart is where the rotation of round-robin starts, and of
+	// the tie-breaking of kv and least-loaded for prompts without a full
+	// block; replicas of one deployment should differ.
 	RotationStart uint64
 	// ApproxTTL is how long a routing decision counts as cached on its
 	// worker in the approximate index; 0 means 120 s. It should not exceed

@@ -9,11 +9,13 @@
 // simulated cluster run the same code, and only the driver differs.
 //
 // What it models and what it does not:
-//   - Workers publish their KV events at the end of each step (as the live
+//   - Workers publish a step's KV events when they start it (as the live
 //     engine does) and the index applies them at once: no bus delay.
-//   - Workers report load every 250 ms of wall-equivalent time and when they
-//     go idle, as live workers report on the bus; the router and the gate
-//     read those reports as live.
+//   - Workers report load every 250 ms of wall-equivalent time, each on its
+//     own phase (scattered by the seed, as live workers' tickers are by
+//     their start times), showing the queues as they stand mid-step as a
+//     live engine's do; the router and the gate read those reports as live.
+//     Reports reach the router at once: no bus delay.
 //   - A prefill worker's KV goes to the decode worker over a link of a fixed
 //     rate (TCP goodput of the line rate, as linkemu shapes it live) plus an
 //     RTT; concurrent transfers from one prefill worker share its rate

@@ -123,8 +123,9 @@ func (c *Config) Validate() error {
 
 // event kinds.
 const (
-	evStep uint8 = iota // a worker's step (or jump) ends
-	evLink              // a link's next flow completes (if gen still matches)
+	evStep   uint8 = iota // a worker's step (or jump) ends
+	evLink                // a link's next flow completes (if gen still matches)
+	evReport              // a worker's load reporter ticks
 )
 
 type event struct {
@@ -185,15 +186,22 @@ func (h *eventHeap) pop() event {
 }
 
 type worker struct {
-	idx        int
-	id         string
-	role       string
-	core       *sim.Core
-	events     []kvevents.Event // published, not yet applied to the index
-	stepping   bool
-	stepEnd    time.Duration
-	dels       []sim.Delivery
+	idx      int
+	id       string
+	role     string
+	core     *sim.Core
+	events   []kvevents.Event // published, not yet applied to the index
+	stepping bool
+	stepEnd  time.Duration
+	dels     []sim.Delivery
+	// The load reporter ticks every reportEvery from phase, as a live
+	// worker's ticker does from when it started. nextReport is its next
+	// tick while ticking is set (a tick event is queued); an idle worker
+	// whose last report was empty stops ticking, since another empty
+	// report would change nothing.
+	phase      time.Duration
 	nextReport time.Duration
+	ticking    bool
 	report     gate.WorkerLoad
 	reportAt   time.Duration
 	reported   bool
@@ -327,7 +335,11 @@ func newSimulator(cfg Config) (*simulator, error) {
 		return nil, fmt.Errorf("simulate: %w", err)
 	}
 	add := func(id, role string) (*worker, error) {
-		w := &worker{idx: len(s.workers), id: id, role: role}
+		// Live workers start their reporters as they come up: the phases
+		// are scattered, here by the seed.
+		every := time.Duration(float64(reportEvery) * cfg.Speedup)
+		ph := time.Duration(mix(uint64(cfg.Seed)^uint64(len(s.workers))<<32) % uint64(every))
+		w := &worker{idx: len(s.workers), id: id, role: role, phase: ph}
 		ec := cfg.Engine
 		ec.ID, ec.Role = id, role
 		ec.Publisher = sim.PublisherFunc(func(ev []kvevents.Event) { w.events = append(w.events, ev...) })
@@ -340,12 +352,14 @@ func newSimulator(cfg Config) (*simulator, error) {
 		s.byID[id] = w
 		return w, nil
 	}
-	decodeRole := bus.RoleAggregated
+	// Workers are named as `up` names them: the router breaks full ties by
+	// a hash of the worker's ID, so the same names break them alike.
+	decodeRole, decodeName := bus.RoleAggregated, "worker"
 	if cfg.PrefillWorkers > 0 {
-		decodeRole = bus.RoleDecode
+		decodeRole, decodeName = bus.RoleDecode, "decode"
 	}
 	for i := range cfg.Workers {
-		w, err := add(fmt.Sprintf("worker-%d", i+1), decodeRole)
+		w, err := add(fmt.Sprintf("%s-%d", decodeName, i+1), decodeRole)
 		if err != nil {
 			return nil, err
 		}
@@ -410,6 +424,8 @@ func (s *simulator) run(ctx context.Context) error {
 			s.stepDone(s.workers[e.idx])
 		case evLink:
 			s.linkDone(s.links[e.idx], e.gen)
+		case evReport:
+			s.reportTick(s.workers[e.idx])
 		}
 		if s.cfg.Progress != nil && s.finished/progressEvery != before/progressEvery {
 			s.cfg.Progress(s.finished, total, s.now)
@@ -427,9 +443,13 @@ func (s *simulator) run(ctx context.Context) error {
 
 // horizon is how far worker w may run without stopping: the next arrival,
 // the next link completion or prefill step end (either can hand it a
-// request), and its next load report.
+// request), and its next load report (which must see the step then in
+// progress, not the end of a longer jump).
 func (s *simulator) horizon(w *worker) time.Duration {
-	h := w.nextReport
+	h := time.Duration(math.MaxInt64)
+	if w.ticking {
+		h = w.nextReport
+	}
 	if s.next < len(s.cfg.Items) {
 		h = min(h, s.arrivalAt(s.next))
 	}
@@ -454,11 +474,9 @@ func (s *simulator) kick(w *worker) {
 		return
 	}
 	w.core.CatchUp(s.now)
+	s.startTicking(w)
 	dt, dels := w.core.Advance(s.horizon(w))
 	if dt == 0 {
-		if w.core.Idle() && (!w.reported || w.report != (gate.WorkerLoad{})) {
-			s.reportLoad(w) // live workers keep reporting: an idle one reports empty queues
-		}
 		return
 	}
 	// A live engine publishes a step's KV events when it computes the step,
@@ -485,17 +503,43 @@ func (s *simulator) stepDone(w *worker) {
 	for _, d := range w.dels {
 		s.deliver(w, d)
 	}
-	if s.now >= w.nextReport {
-		s.reportLoad(w)
-	}
 	s.kick(w)
+}
+
+// startTicking queues w's next reporter tick if it is not ticking: the
+// first tick of its phase after now.
+func (s *simulator) startTicking(w *worker) {
+	if w.ticking {
+		return
+	}
+	every := time.Duration(float64(reportEvery) * s.S)
+	w.nextReport = w.phase
+	if s.now >= w.phase {
+		w.nextReport += ((s.now-w.phase)/every + 1) * every
+	}
+	w.ticking = true
+	s.push(event{at: w.nextReport, kind: evReport, idx: int32(w.idx)})
+}
+
+// reportTick publishes w's load as its live reporter does on each tick:
+// the queues as they stand, which mid-step is the state the step will
+// leave (a live engine applies a step when it starts it, then waits out
+// its duration). A worker running a jump is at most one step ahead, as
+// live: its horizon stopped the jump at the step that spans the tick.
+func (s *simulator) reportTick(w *worker) {
+	s.reportLoad(w)
+	if w.core.Idle() && !w.stepping && w.report == (gate.WorkerLoad{}) {
+		w.ticking = false
+		return
+	}
+	w.nextReport += time.Duration(float64(reportEvery) * s.S)
+	s.push(event{at: w.nextReport, kind: evReport, idx: int32(w.idx)})
 }
 
 func (s *simulator) reportLoad(w *worker) {
 	l := w.core.Load()
 	w.report = gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Waiting: l.Waiting, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
 	w.reportAt, w.reported = s.now, true
-	w.nextReport = s.now + time.Duration(float64(reportEvery)*s.S)
 	s.router.ObserveLoad(w.id, router.LoadReport{
 		QueuedPrefillBlocks: (l.QueuedPrefillTokens + s.bs - 1) / s.bs,
 		ActiveDecodeBlocks:  l.ActiveDecodeBlocks,
@@ -803,4 +847,15 @@ func (s *simulator) report() *bench.Report {
 	rep.Runs[0] = run
 	rep.Simulation = sm
 	return rep
+}
+
+// mix is the splitmix64 finaliser: a seed and an index to a scattered
+// value.
+func mix(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
 }
