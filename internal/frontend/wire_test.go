@@ -139,8 +139,9 @@ func (a routerAdapter) Policies() []string          { return a.r.Policies() }
 func (a routerAdapter) SetPolicy(name string) error { return a.r.SetPolicy(name) }
 
 // TestRotationWithPrefillPool: with two decode workers and a prefill pool,
-// each request picks twice (decode, then prefill); round-robin and kv ties
-// must still alternate the decode workers.
+// each request picks twice (decode, then prefill); round-robin, and kv's
+// ties between prompts too short to fill a block (which rotate: longer
+// ones go by tie rank), must still alternate the decode workers.
 func TestRotationWithPrefillPool(t *testing.T) {
 	for _, policy := range []string{router.PolicyRoundRobin, router.PolicyKV} {
 		t.Run(policy, func(t *testing.T) {
@@ -154,8 +155,9 @@ func TestRotationWithPrefillPool(t *testing.T) {
 				d1.worker(RoleDecode), d2.worker(RoleDecode), p1.worker(RolePrefill))
 			got := map[string]int{}
 			for i := 0; i < 6; i++ {
-				// Unique prompts: nothing cached, so kv sees full ties.
-				body, _ := json.Marshal(map[string]any{"model": testModel, "prompt": strings.Repeat("word ", 40) + string(rune('a'+i))})
+				// Unique prompts under one block: nothing cached, so kv
+				// sees full ties, and rotates them.
+				body, _ := json.Marshal(map[string]any{"model": testModel, "prompt": "word " + string(rune('a'+i))})
 				resp, b := h.do(t, "POST", "/v1/completions", string(body))
 				if resp.StatusCode != 200 {
 					t.Fatalf("status %d: %s", resp.StatusCode, b)
