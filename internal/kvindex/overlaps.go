@@ -25,6 +25,7 @@ type Overlaps struct {
 	alive, next []WorkerID
 	set         []uint16 // members (ID and tier mask) of one block's holder set
 	lines       []*line  // home lines of the current prefetch window; cleared after each lookup
+	nexts       []*line  // the line after each home line, where full home lines' probe runs continue; cleared likewise
 	mark        []uint32 // by WorkerID: stamp of the block whose holders were marked
 	stamp       uint32
 	blocks      []int32      // by WorkerID: overlap, valid when seen[id] == call
@@ -85,7 +86,10 @@ func (o *Overlaps) hit(names []string, id WorkerID, blocks int) {
 // the hash chain it holds: a worker missing block i has overlap i even if it
 // holds later blocks. One pass from block 0 keeps the set of workers that
 // held every block so far and stops when it is empty, so a cold prompt costs
-// one probe. Lock-free and allocation-free with a warm out; it may run
+// one probe. While one to six workers match, the walk skips the blocks all
+// of them hold in a tight loop (matchRun) that reads each block's set from
+// its prefetched home line; blocks where the set changes, and sets of more
+// than six, take the general path. Lock-free and allocation-free with a warm out; it may run
 // concurrently with any writer and then sees each block either before or
 // after a concurrent change.
 func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
@@ -110,25 +114,30 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 	next := out.next[:0]
 	if cap(out.lines) < prefetchWindow {
 		out.lines = make([]*line, prefetchWindow)
+		out.nexts = make([]*line, prefetchWindow)
 	}
-	lines := out.lines[:prefetchWindow]
+	lines, nexts := out.lines[:prefetchWindow], out.nexts[:prefetchWindow]
+	var cpu, disk [runMax]int32
 	win, base := 1, 1 // blocks [base, win) have their home lines in lines
 	for i := 1; i < len(hashes) && len(alive) > 0; i++ {
 		if i >= win {
 			// Prefetch the next window, doubling it each time (8, 16, …,
 			// 128) so a prompt that stops matching early wastes little.
 			end := min(len(hashes), i+min(max(8, 2*(win-1)), prefetchWindow))
-			x.prefetch(hashes[i:end], lines)
+			x.prefetch(hashes[i:end], lines, nexts)
 			win, base = end, i
 		}
-		if len(alive) == 1 {
-			// The common case, one worker matching: skip the blocks it
-			// holds in a tight loop; stop at the first it may not hold.
-			n, cpu, disk := x.matchRun(hashes[i:win], lines[i-base:win-base], alive[0])
-			tc := &out.tiers[alive[0]]
-			tc[TierGPU] += int32(n - cpu - disk)
-			tc[TierCPU] += int32(cpu)
-			tc[TierDisk] += int32(disk)
+		if len(alive) <= runMax {
+			// The common case, a few workers matching: skip the blocks all
+			// of them hold in a tight loop; stop at the first that needs a
+			// closer look.
+			n := x.matchRun(hashes[i:win], lines[i-base:win-base], nexts[i-base:win-base], alive, &cpu, &disk)
+			for a, w := range alive {
+				tc := &out.tiers[w]
+				tc[TierGPU] += int32(n) - cpu[a] - disk[a]
+				tc[TierCPU] += cpu[a]
+				tc[TierDisk] += disk[a]
+			}
 			i += n
 			if i >= win {
 				i-- // the loop's i++ moves to the next window
@@ -171,9 +180,6 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 				}
 			}
 		default:
-			if n <= 2*idsPerSlot && fromLine && x.pairAt(lines[i-base], k, s, s1, head, alive, &next, out, names, i) {
-				break // four to six holders, read from the prefetched line
-			}
 			out.set = x.readSet(k, out.set[:0])
 			next = out.intersect(names, alive, next, i)
 		}
@@ -185,52 +191,7 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 	out.alive, out.next = alive[:0], next[:0]
 	// Drop the line pointers so a table replaced since is not kept alive.
 	clear(lines)
-}
-
-// pairAt handles a block of four to six holders whose head (under key k, in
-// shard s read at seq s1) came from the prefetched line l: the set's one
-// continuation slot nearly always shares that line (see contKey), so both
-// are read from it and the alive workers matched against six lanes, without
-// readSet's second probe and copy. It appends the alive workers that hold
-// the block to next and records a hit at i for the others. It returns false,
-// having done nothing, when the continuation is not in the line or a writer
-// intervened; the caller then takes the general path. (Measured on
-// BenchmarkLookup10M/four-holders on the shared box: see the README.)
-func (x *Index) pairAt(l *line, k uint64, s *shard, s1, head uint64, alive []WorkerID, next *[]WorkerID, out *Overlaps, names []string, i int) bool {
-	ck := contKey(k, 1, x.topMask)
-	cont, ok := l.scan(ck)
-	if !ok {
-		// The home line is full: the continuation is most likely in the
-		// next one (one more miss, but no probe loop).
-		t := s.tab.Load()
-		i := (t.home(k) + slotsPerLine) & t.mask
-		cont, ok = (*line)(t.slots[i : i+slotsPerLine]).scan(ck)
-	}
-	if !ok || cont == 0 || s.seq.Load() != s1 {
-		return false
-	}
-	for _, w := range alive {
-		m := memberIn(head, w) | memberIn(cont, w)
-		if m != 0 {
-			*next = append(*next, w)
-			out.tiers[w][bestTier(m>>tierShift)]++
-		} else {
-			out.hit(names, w, i)
-		}
-	}
-	return true
-}
-
-// memberIn returns the lane of slot value v (lanes 0–2) whose worker ID is
-// w, or 0.
-func memberIn(v uint64, w WorkerID) uint16 {
-	var m uint16
-	for li := range idsPerSlot {
-		if x := lane(v, li); WorkerID(x&idMask) == w {
-			m = x
-		}
-	}
-	return m
+	clear(nexts)
 }
 
 // prefetchWindow is the most blocks one prefetch pass covers. 128 home lines
@@ -286,25 +247,30 @@ func (out *Overlaps) intersect(names []string, alive, next []WorkerID, i int) []
 	return next
 }
 
-// prefetch records the home line of every hash in lines and then loads one
-// word of each, in two passes. The first pass does the address arithmetic
-// (shard, table, home slot) without touching memory the caches lack; the
-// second is a tight loop of independent loads, so many cache misses are in
-// flight at once: each load that waits holds a reorder-buffer entry, and at
-// ~25 instructions per hash the single-pass loop kept only a third as many
-// misses outstanding. Measured with perf on the 10 M-block index (shared
-// 2-core box): the single pass spent ~13 µs of a 24 µs median lookup
-// stalled on its loads; two passes took the median to 18–22 µs.
+// prefetch records the home line of every hash in lines, and the line after
+// it in nexts, and then loads one word of each home line, in two passes. The
+// first pass does the address arithmetic (shard, table, home slot) without
+// touching memory the caches lack; the second is a tight loop of
+// independent loads, so many cache misses are in flight at once: each load
+// that waits holds a reorder-buffer entry, and at ~25 instructions per hash
+// the single-pass loop kept only a third as many misses outstanding.
+// Measured with perf on the 10 M-block index (shared 2-core box): the single
+// pass spent ~13 µs of a 24 µs median lookup stalled on its loads; two
+// passes took the median to 18–22 µs.
 //
 // A block's continuation slots share its home line (see contKey), so one
-// load per block covers sets of any common size. The lines stay valid even
-// if a grow replaces a table meanwhile: a replaced table is never written
-// again, and the walk validates every read with the shard's seq.
-func (x *Index) prefetch(hashes []uint64, lines []*line) {
-	lines = lines[:len(hashes)]
+// load per block covers sets of any common size. The next lines are not
+// loaded: loading them too for lookups with several matching workers
+// measured no faster (four-holder medians of four alternating runs of 7 on
+// the shared box, load average 8–9: 10.0–13.4 µs without, 10.4–13.6 µs
+// with). The lines stay valid even if a grow replaces a table meanwhile: a
+// replaced table is never written again, and the walk validates every read
+// with the shard's seq.
+func (x *Index) prefetch(hashes []uint64, lines, nexts []*line) {
+	lines, nexts = lines[:len(hashes)], nexts[:len(hashes)]
 	for j, h := range hashes {
 		k := slotKey(h)
-		lines[j] = x.shardOf(k).tab.Load().lineOf(k)
+		lines[j], nexts[j] = lineAndNext(x.shardOf(k).tab.Load(), k)
 	}
 	var sink uint64
 	for _, l := range lines {
@@ -313,19 +279,41 @@ func (x *Index) prefetch(hashes []uint64, lines []*line) {
 	touchSink.Store(sink)
 }
 
-// matchRun returns how many leading blocks of hashes, whose home lines are in
-// lines, are held by worker w in a set of at most three holders, read
-// consistently, and how many of those w holds at best in CPU memory and on
-// disk. It stops at the first block that needs the general walk: not held by
-// w, more holders, a writer active or a probe run leaving the line. A loop
-// this small keeps its state in registers; the general walk spilled to the
-// stack. Measured median one-holder lookup on the 10 M-block index (shared
-// 2-core box): ~24 µs with the general walk, ~18 µs with matchRun calling
-// line.scan, ~15 µs with the scan inlined.
-func (x *Index) matchRun(hashes []uint64, lines []*line, w WorkerID) (n, cpu, disk int) {
-	const ones = 0x0000_0001_0001_0001 // lanes 0–2
-	const highs = 0x0000_8000_8000_8000
-	ww := uint64(w) * ones
+// lineAndNext returns key k's home line in t and the line after it, where
+// the probe run continues when the home line is full.
+func lineAndNext(t *table, k uint64) (*line, *line) {
+	i := t.home(k)
+	n := (i + slotsPerLine) & t.mask
+	return (*line)(t.slots[i : i+slotsPerLine]), (*line)(t.slots[n : n+slotsPerLine])
+}
+
+// runMax is the most matching workers matchRun follows: a set it reads
+// fits a head and one continuation slot.
+const runMax = 2 * idsPerSlot
+
+// matchRun returns how many leading blocks of hashes all the workers of
+// alive (one to runMax of them) hold, in sets of at most runMax holders
+// read consistently, and fills cpu and disk with how many of those blocks
+// each alive[a] holds at best in CPU memory and on disk. lines and nexts
+// hold each block's home line and the line after it (see prefetch). It
+// stops at the first block that needs the general walk: one an alive worker
+// lacks, a larger set, a writer active, or a line from a table replaced
+// since the prefetch that the block's probe run leaves.
+//
+// A block whose head and continuation values equal the previous block's
+// has the same members in the same tiers, so it costs two compares: along a
+// chain the holder set rarely changes. The per-worker test (members) and the
+// tier counting (addTiers) run only when the set changes or a worker holds
+// it below GPU memory; inlined in the loop they made it spill to the stack
+// and took the one-holder median from ~8 to 9–15 µs. Measured medians on
+// the 10 M-block index (shared 2-core box): one holder ~24 µs through the
+// general walk, ~15 µs with the first one-worker run; four holders 25–36 µs
+// through the general walk, 10–13 µs with this run (see the README).
+func (x *Index) matchRun(hashes []uint64, lines, nexts []*line, alive []WorkerID, cpu, disk *[runMax]int32) int {
+	*cpu, *disk = [runMax]int32{}, [runMax]int32{}
+	lines, nexts = lines[:len(hashes)], nexts[:len(hashes)]
+	var prevH, prevC uint64 // the last block's head and continuation values
+	var cm, dm uint32       // bit a: alive[a] holds that block at best in CPU memory, on disk
 	for j, h := range hashes {
 		k := slotKey(h)
 		s := x.shardOf(k)
@@ -335,40 +323,129 @@ func (x *Index) matchRun(hashes []uint64, lines []*line, w WorkerID) (n, cpu, di
 		l := lines[j]
 		k0, k1, k2, k3 := l[0].loadKey(), l[1].loadKey(), l[2].loadKey(), l[3].loadKey()
 		v0, v1, v2, v3 := l[0].loadVal(), l[1].loadVal(), l[2].loadVal(), l[3].loadVal()
-		v := uint64(0)
+		hv := uint64(0)
 		if k3 == k {
-			v = v3
+			hv = v3
 		}
 		if k2 == k {
-			v = v2
+			hv = v2
 		}
 		if k1 == k {
-			v = v1
+			hv = v1
 		}
 		if k0 == k {
-			v = v0
+			hv = v0
 		}
-		// v == 0 when k is not in the line: no head value is 0 (lane 3
-		// holds the set size), so no separate hit flag is needed.
-		if v == 0 || s1&1 != 0 || s.seq.Load() != s1 {
-			return j, cpu, disk
+		// hv == 0 when k is not in the line: no head value is 0 (lane 3
+		// holds the set size), so no separate hit flag is needed. Whether
+		// the line is full is only asked then: as a branch in the common
+		// path it mispredicted on every other block.
+		if hv == 0 && k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 {
+			hv = x.probeOn(s, l, nexts[j], k)
 		}
-		// Held iff the set has 1–3 members and the ID bits of one of lanes
-		// 0–2 equal w: that lane's masked XOR is zero (a SWAR zero-lane
-		// test; IDs fit in 13 bits, so a lane's bit 15 flags it). Borrows
-		// can flag a lane above a zero one, never below, so the lowest
-		// flag is w's lane.
-		d := (v ^ ww) & (ones * idMask)
-		z := (d - ones) &^ d & highs
-		if n := v >> 48; n-1 >= idsPerSlot || z == 0 {
-			return j, cpu, disk
+		n := hv >> 48
+		if n-1 >= runMax { // absent (n = 0), a continuation or a larger set
+			return j
 		}
-		// w's tier bits: GPU, CPU, disk from bit 13 of its lane up.
-		m := v >> (uint(bits.TrailingZeros64(z)) - 15 + tierShift)
-		g := m & 1
-		c := m >> 1 & 1 &^ g
-		cpu += int(c)
-		disk += int(1 - g - c)
+		cv := uint64(0)
+		if n > idsPerSlot {
+			// The continuation shares the head's home line (see contKey).
+			ck := contKey(k, 1, x.topMask)
+			if k3 == ck {
+				cv = v3
+			}
+			if k2 == ck {
+				cv = v2
+			}
+			if k1 == ck {
+				cv = v1
+			}
+			if k0 == ck {
+				cv = v0
+			}
+			if cv == 0 && k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 {
+				cv = x.probeOn(s, l, nexts[j], ck)
+			}
+			if cv == 0 {
+				return j
+			}
+		}
+		if s1&1 != 0 || s.seq.Load() != s1 {
+			return j
+		}
+		if hv != prevH || cv != prevC {
+			var ok bool
+			if cm, dm, ok = members(hv, cv, alive); !ok {
+				return j
+			}
+			prevH, prevC = hv, cv
+		}
+		if cm|dm != 0 {
+			addTiers(cpu, disk, cm, dm, len(alive))
+		}
 	}
-	return len(hashes), cpu, disk
+	return len(hashes)
+}
+
+// members reports whether every worker of alive is in the set of head value
+// hv and continuation value cv (0 for none), and which of them hold the
+// block at best in CPU memory (bit a of cm for alive[a]) and on disk (dm).
+func members(hv, cv uint64, alive []WorkerID) (cm, dm uint32, ok bool) {
+	const ones = 0x0000_0001_0001_0001 // lanes 0–2
+	const highs = 0x0000_8000_8000_8000
+	for a, w := range alive {
+		// w is in a slot iff the ID bits of one of its lanes 0–2 equal w:
+		// that lane's masked XOR is zero (a SWAR zero-lane test; IDs fit in
+		// 13 bits, so a lane's bit 15 flags it). Borrows can flag a lane
+		// above a zero one, never below, so the lowest flag is w's lane.
+		// Empty lanes are 0, and no worker's ID is.
+		ww := uint64(w) * ones
+		d := (hv ^ ww) & (ones * idMask)
+		zh := (d - ones) &^ d & highs
+		d = (cv ^ ww) & (ones * idMask)
+		zc := (d - ones) &^ d & highs
+		// w's tier bits: GPU, CPU, disk from bit 13 of its lane up.
+		var m uint64
+		switch {
+		case zh != 0:
+			m = hv >> (uint(bits.TrailingZeros64(zh)) - 15 + tierShift)
+		case zc != 0:
+			m = cv >> (uint(bits.TrailingZeros64(zc)) - 15 + tierShift)
+		default:
+			return 0, 0, false
+		}
+		g := uint32(m) & 1
+		c := uint32(m) >> 1 & 1 &^ g
+		cm |= c << a
+		dm |= (1 - g - c) << a
+	}
+	return cm, dm, true
+}
+
+// addTiers counts one more block for each of the first n alive workers
+// whose bit is set in cm (in cpu) or dm (in disk).
+func addTiers(cpu, disk *[runMax]int32, cm, dm uint32, n int) {
+	for a := range n {
+		cpu[a] += int32(cm >> a & 1)
+		disk[a] += int32(dm >> a & 1)
+	}
+}
+
+// probeOn returns the value of key k, whose full home line l did not hold
+// it, from the line after (next) or, past that, by probing; 0 when absent
+// or when l is not in the shard's current table (a grow replaced it since
+// the prefetch), where a probe would mix two tables' states. The caller
+// validates the read with s.seq.
+func (x *Index) probeOn(s *shard, l, next *line, k uint64) uint64 {
+	if v, ok := next.scan(k); ok {
+		return v
+	}
+	t := s.tab.Load()
+	if t.lineOf(k) != l {
+		return 0
+	}
+	if i := t.find(k); i >= 0 {
+		return t.slots[i].loadVal()
+	}
+	return 0
 }
