@@ -28,8 +28,12 @@
 // fairly, so a transfer behind others finishes no later than this FIFO
 // bound (exactly at it when it is the largest), and the whole backlog
 // clears at it. Pricing each transfer at the full rate instead sent 147 of
-// 300 llama-3.1-70b prefills remote on 1 Gbit/s and tripled TTFT p99. The
-// backlog is this gate's own decisions only (other frontends' transfers
+// 300 llama-3.1-70b prefills remote on 1 Gbit/s and tripled TTFT p99.
+// B is the link's rate, not a transfer's share of it: each observed
+// transfer is credited with the time it had the link to itself, its life
+// divided among the prefill worker's transfers in flight with it
+// (LinkEstimator.Observe), since the backlog already counts the sharing.
+// The backlog is this gate's own decisions only (other frontends' transfers
 // show up through B); it drains by the clock rather than on completion, so
 // a remote prefill that fails keeps its bytes in it until they would have
 // drained. Predict, the what-if question, assumes an idle link.
@@ -70,8 +74,8 @@
 //     interactive; it only bounds how much TTFT itl_protect may spend.
 //   - itl_slo 100 ms: 10 tokens/s, faster than people read (about 4–7
 //     tokens/s); past it a stream visibly stutters.
-//   - EWMA alpha 0.3: one outlier transfer (e.g. one that shared the link)
-//     moves the estimate by under a third, while after five transfers an
+//   - EWMA alpha 0.3: one outlier transfer moves the estimate by under a
+//     third, while after five transfers an
 //     old value keeps only 0.7⁵ ≈ 17% weight, so a changed link is
 //     followed within a handful of requests.
 //   - probe 16 MiB: ≈ 0.13 s at 1 GbE and 13 ms at 10 GbE; long enough to

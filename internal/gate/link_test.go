@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -66,10 +67,13 @@ func TestLinkEstimatorProbeLifecycle(t *testing.T) {
 }
 
 func TestLinkEstimatorEWMA(t *testing.T) {
-	g := newGate(t, Config{EWMAAlpha: 0.25})
+	// Transfers one after another: each ends a second after the last.
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGate(t, Config{EWMAAlpha: 0.25, Clock: clk.now})
 	e := g.Links()
 	// A real transfer seeds an unprobed link directly.
 	e.Observe("p", "d", 100e6, time.Second)
+	clk.advance(time.Second)
 	if bps, _, _ := e.Estimate("p", "d"); bps != 100e6 {
 		t.Fatalf("first sample: %v, want 1e8", bps)
 	}
@@ -84,6 +88,7 @@ func TestLinkEstimatorEWMA(t *testing.T) {
 	}
 	// The estimate converges on a changed link.
 	for range 30 {
+		clk.advance(time.Second)
 		e.Observe("p", "d", 1e9, time.Second)
 	}
 	if bps, _, _ := e.Estimate("p", "d"); bps < 0.99e9 {
@@ -110,19 +115,24 @@ func TestLinkEstimatorConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// The transfers overlap in time, so each counts up to 2·maxRecent
+	// times its own rate.
 	bps, _, ok := g.Links().Estimate("p", "d")
-	if !ok || bps < 1e9 || bps > 4e9 {
-		t.Errorf("estimate %v after samples in [1e9, 4e9]", bps)
+	if !ok || bps < 1e9 || bps > 2*maxRecent*4e9 {
+		t.Errorf("estimate %v after samples in [1e9, 4e9] that overlapped", bps)
 	}
 }
 
 // TestProbeReplacesEstimate: a probe measures the link as it is now; real
 // transfers after it are averaged in.
 func TestProbeReplacesEstimate(t *testing.T) {
-	g := newGate(t, Config{EWMAAlpha: 0.5})
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGate(t, Config{EWMAAlpha: 0.5, Clock: clk.now})
+	g.Links().Observe("p", "d", 10e6, time.Second) // before the probes: no longer counts
+	clk.advance(time.Second)
 	e := g.Links()
-	e.ObserveProbe("p", "d", 50e6, time.Millisecond) // e.g. measured while the link was shared
-	e.ObserveProbe("p", "d", 120e6, time.Millisecond)
+	e.ObserveProbe("p", "d", 50e6, 0) // e.g. measured while the link was shared
+	e.ObserveProbe("p", "d", 120e6, 0)
 	if bps, _, _ := e.Estimate("p", "d"); bps != 120e6 {
 		t.Errorf("after a second probe: %v, want 1.2e8 (not a blend)", bps)
 	}
@@ -147,5 +157,77 @@ func TestForgetDropsLinks(t *testing.T) {
 	}
 	if n := len(e.Snapshot()); n != 1 {
 		t.Errorf("%d links left, want 1", n)
+	}
+}
+
+// TestLinkEstimatorCorrectsSharing checks that transfers sharing a
+// prefill worker's link (to any decode worker) are counted at the link's
+// rate, not at their shares of it. The link moves 100 MB/s, shared fairly,
+// and every case's transfers are sized as such a link would move them.
+func TestLinkEstimatorCorrectsSharing(t *testing.T) {
+	const rate = 100e6
+	type xfer struct {
+		to         string
+		start, end float64 // seconds
+		mb         float64
+	}
+	at := func(s float64) time.Time { return time.Unix(1000, 0).Add(time.Duration(s * float64(time.Second))) }
+	for _, tc := range []struct {
+		name  string
+		xfers []xfer // in the order they end
+	}{
+		{"side by side", []xfer{{"d1", 0, 2, 100}, {"d2", 0, 2, 100}}},
+		// The 50 MB transfer ends while the 250 MB one, which it shared
+		// the link with, is still in flight and unknown.
+		{"one inside another", []xfer{{"d1", 1, 2, 50}, {"d1", 0, 3, 250}}},
+		// 1, then 2, then 3, then 2, then 1 in flight.
+		{"staggered", []xfer{{"d2", 1, 6, 200}, {"d1", 0, 8, 400}, {"d1", 3, 9, 300}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &fakeClock{t: at(0)}
+			g := newGate(t, Config{Clock: clk.now})
+			e := g.Links()
+			e.ObserveProbe("p", "d1", rate, time.Millisecond)
+			e.ObserveProbe("p", "d2", rate, time.Millisecond)
+			for _, x := range tc.xfers {
+				clk.t = at(x.end)
+				e.Observe("p", x.to, int64(x.mb*1e6), time.Duration((x.end-x.start)*float64(time.Second)))
+			}
+			for _, d := range []string{"d1", "d2"} {
+				if bps, _, _ := e.Estimate("p", d); math.Abs(bps-rate) > 0.01*rate {
+					t.Errorf("p→%s: %.4g B/s after the transfers, want the link's %.4g", d, bps, rate)
+				}
+			}
+		})
+	}
+}
+
+// TestLinkEstimatorSlowerLink checks the correction does not hide a link
+// that got slower: transfers one after another at half the probed rate
+// bring the estimate down to it.
+func TestLinkEstimatorSlowerLink(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	g := newGate(t, Config{Clock: clk.now})
+	e := g.Links()
+	e.ObserveProbe("p", "d", 100e6, time.Millisecond)
+	for range 40 {
+		clk.advance(time.Second)
+		e.Observe("p", "d", 50e6, time.Second)
+	}
+	if bps, _, _ := e.Estimate("p", "d"); math.Abs(bps-50e6) > 0.01*50e6 {
+		t.Errorf("%.4g B/s after 40 transfers at 50 MB/s, want 5e7", bps)
+	}
+}
+
+// TestLinkEstimatorLeavesOutRTT checks a transfer's rate is learnt from the
+// time its bytes took, since the gate adds the link's RTT to each transfer
+// on its own: 5 MB in 60 ms on a 100 MB/s link with a 10 ms RTT.
+func TestLinkEstimatorLeavesOutRTT(t *testing.T) {
+	g := newGate(t, Config{})
+	e := g.Links()
+	e.ObserveProbe("p", "d", 100e6, 10*time.Millisecond)
+	e.Observe("p", "d", 5e6, 60*time.Millisecond)
+	if bps, _, _ := e.Estimate("p", "d"); math.Abs(bps-100e6) > 1e3 {
+		t.Errorf("%.6g B/s, want 1e8", bps)
 	}
 }

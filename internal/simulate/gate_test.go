@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -51,5 +52,35 @@ func TestGatePredictsLocalQueue(t *testing.T) {
 	}
 	if p50 := *a.TTFTP50S; med < -0.25*p50 || med > 0.25*p50 {
 		t.Errorf("local TTFT measured − predicted: median %.1f s, TTFT p50 %.1f s: want within ±25%%", med, p50)
+	}
+}
+
+// TestGateLinkEstimateAtLineRate checks that the gate's estimate of a busy
+// link stays at the rate the link moves, although the transfers that teach
+// it share the link: counted at face value they pulled it to a fraction of
+// that, and the gate's backlog, which already queues each transfer behind
+// the others, counted the sharing twice.
+func TestGateLinkEstimateAtLineRate(t *testing.T) {
+	c := busy70b(t, 300, linkemu.Rate(25e9/8), gate.ModeAuto)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSimulator(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := c.LinkRate.TCPGoodput().BytesPerSecond()
+	for _, e := range s.gate.Links().Snapshot() {
+		if e.Samples < 20 {
+			t.Errorf("%s→%s: %d samples, want 20 or more (a busy link)", e.From, e.To, e.Samples)
+		}
+		r := e.BytesPerSec / want
+		t.Logf("%s→%s: estimate %.4g B/s after %d samples, ratio %.3f", e.From, e.To, e.BytesPerSec, e.Samples, r)
+		if r < 0.9 || r > 1.05 {
+			t.Errorf("%s→%s: estimate %.4g B/s after %d samples, the link moves %.4g (ratio %.2f)", e.From, e.To, e.BytesPerSec, e.Samples, want, r)
+		}
 	}
 }
