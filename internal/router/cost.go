@@ -89,10 +89,13 @@ func (pr *pricer) estimate(w *Worker, tc kvindex.TierCounts, prompt, out, bs int
 	if hit > 0 {
 		own = perfmodel.PrefillTime(p, n-hit*bs, hit*bs).Seconds()
 	}
-	// The queue ahead computes while the load runs on the host link, so the
-	// prompt's own prefill starts after whichever ends last.
+	// The engine admits a prompt, and starts its load, once the prefills
+	// queued ahead leave it room in a step's token budget; it computes once
+	// the load lands. Loads of the prompts ahead started at their own
+	// admissions, in the same order on the same host link, and landed
+	// before those prompts computed: within the wait.
 	wait := float64(w.Load.QueuedPrefillBlocks*bs) * pr.perToken
-	start := max(wait, load.Seconds())
+	start := wait + load.Seconds()
 
 	// One decode step of the worker's batch with this request in it: every
 	// sequence's token, every KV block read once.

@@ -106,32 +106,27 @@ func TestTimeCostNeedsEveryProfile(t *testing.T) {
 	}
 }
 
-// TestTimeCostLoadOverlapsQueue: a CPU-tier hit on a worker with a queue
-// is priced by the longer of the queue wait and the load, not their sum.
-func TestTimeCostLoadOverlapsQueue(t *testing.T) {
+// TestTimeCostLoadAfterQueue: a CPU-tier hit on a worker with a queue is
+// priced as the queue wait, then the load, then the rest of the prefill:
+// the engine starts a load only when it admits the prompt.
+func TestTimeCostLoadAfterQueue(t *testing.T) {
 	const bs, blocks = 16, 1000
 	p := h100Profile(t)
 	var pr pricer
 	w := Worker{ID: "a", Profile: &p}
 	cpu := kvindex.TierCounts{0, blocks, 0}
-	idle := pr.estimate(&w, cpu, blocks*bs, 1, bs, false)
 	load := perfmodel.LoadTime(&p, perfmodel.TierCPU, blocks*bs).Seconds()
 	own := perfmodel.PrefillTime(&p, bs, blocks*bs-bs).Seconds() // the last block computes, for its logits
-	if got, want := idle.ttft*p.Speedup, load+own; !near(got, want) {
-		t.Errorf("idle: ttft %.6f s, want load + own prefill %.6f s", got, want)
-	}
-	w.Load.QueuedPrefillBlocks = 200 // ~0.13 s of prefill, longer than the ~0.04 s load
-	busy := pr.estimate(&w, cpu, blocks*bs, 1, bs, false)
-	wait := 200 * bs * perfmodel.PrefillTime(&p, p.MaxBatchTokens, 0).Seconds() / float64(p.MaxBatchTokens)
-	if wait <= load {
-		t.Fatalf("test premise: wait %.3f s should exceed load %.3f s", wait, load)
-	}
-	if got, want := busy.ttft*p.Speedup, wait+own; !near(got, want) {
-		t.Errorf("queued: ttft %.6f s, want wait + own prefill %.6f s (the load overlaps the wait)", got, want)
-	}
-	blind := pr.estimate(&w, cpu, blocks*bs, 1, bs, true)
-	if got, want := blind.ttft*p.Speedup, wait+perfmodel.PrefillTime(&p, blocks*bs, 0).Seconds(); !near(got, want) {
-		t.Errorf("tier-blind: ttft %.6f s, want wait + full prefill %.6f s", got, want)
+	tau := perfmodel.PrefillTime(&p, p.MaxBatchTokens, 0).Seconds() / float64(p.MaxBatchTokens)
+	for _, queued := range []int{0, 200} {
+		w.Load.QueuedPrefillBlocks = queued
+		wait := float64(queued*bs) * tau
+		if got, want := pr.estimate(&w, cpu, blocks*bs, 1, bs, false).ttft*p.Speedup, wait+load+own; !near(got, want) {
+			t.Errorf("queued %d: ttft %.6f s, want wait + load + own prefill %.6f s", queued, got, want)
+		}
+		if got, want := pr.estimate(&w, cpu, blocks*bs, 1, bs, true).ttft*p.Speedup, wait+perfmodel.PrefillTime(&p, blocks*bs, 0).Seconds(); !near(got, want) {
+			t.Errorf("queued %d, tier-blind: ttft %.6f s, want wait + full prefill %.6f s", queued, got, want)
+		}
 	}
 }
 

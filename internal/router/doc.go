@@ -10,7 +10,7 @@
 // (simulated seconds over the profile's Speedup):
 //
 //	cost_w  = α·ttft_w + out·step_w
-//	ttft_w  = max(queued_w·bs·τ_w, load_w) + P_w(n − h_w·bs, h_w·bs)
+//	ttft_w  = queued_w·bs·τ_w + load_w + P_w(n − h_w·bs, h_w·bs)
 //	τ_w     = P_w(C, 0) / C
 //	step_w  = S_w(inflight_w + 1 tokens, reading decode_w·bs + n tokens of KV)
 //
@@ -33,23 +33,29 @@
 //
 // so ttft_w is the prompt's predicted time to first token on w: the queue
 // ahead of it, priced at the per-token time of a full prefill chunk, then
-// its own prefill given its hit. A lower-tier load runs on the host link
-// while the queue computes (the engine parks a loading prompt and keeps
-// stepping), so it delays the prompt only when it outlasts the queue. A
-// hit therefore wins exactly when the prefill time it saves exceeds the
-// extra queue wait of its holder. Decode load is priced as what it costs
-// this request: every decode step reads the worker's decode KV, and the
-// request takes out of them. (An earlier cost in blocks, α·(B − overlap +
+// its load, then its own prefill given its hit. The load follows the wait
+// because an engine admits a prompt, and starts its load, only once the
+// prefills ahead leave room in a step's token budget (vLLM starts a KV
+// connector's load when it schedules the request; the simulated engine
+// does the same). The host link is taken into account by that order: the
+// prompts ahead loaded at their own admissions, in the same order on the
+// same link, and their loads landed before they computed, inside the
+// wait. A hit therefore wins exactly when the prefill time it saves
+// exceeds its load plus the extra queue wait of its holder.
+//
+// Decode load is priced as what it costs this request: every decode step
+// reads the worker's decode KV, and the request takes out of them. (An earlier cost in blocks, α·(B − overlap +
 // queued) + decode blocks, counted a decode block like a prefill block:
 // ~850 times its one-step read time for llama-3.1-8b on an H100. On the
 // Mooncake slice of the README it sent a repeated prefix away from its
 // holder whenever the holder decoded long contexts or had a deep queue:
 // 27 of 1,000 requests went to a worker holding at least 6 blocks fewer
 // than another, losing 0.037 of all prompt tokens as hits; under the time
-// cost 17 do, losing 0.017.) Not modelled: loads of several requests queueing on one host
-// link, the attention cost of long queued prompts beyond τ_w, and a
-// worker's own hits in its queue (the tracked queue already counts a
-// request's computed blocks only).
+// cost 17 do, losing 0.017.) Approximations: the queue is priced
+// linearly, without the extra attention of long queued prompts; and a
+// worker's load report counts its waiting prompts whole, hits included
+// (the router's own tracking counts only the blocks each must compute, and
+// the larger of the two is used; see Load below).
 //
 // Without a timing profile for every candidate the cost falls back to
 // blocks:
