@@ -647,7 +647,9 @@ func (s *simulator) deliver(w *worker, d sim.Delivery) {
 	if w == r.prefill {
 		if d.Done {
 			s.router.Finished(w.id, r.id)
-			s.startTransfer(r, d.H.Result().Pinned)
+			pinned := d.H.Result().Pinned
+			w.core.Recycle(d.H)
+			s.startTransfer(r, pinned)
 		}
 		return
 	}
@@ -687,6 +689,7 @@ func (s *simulator) deliver(w *worker, d sim.Delivery) {
 		if len(res.Gaps) > 0 {
 			rec.ITLMeanS = sum / float64(len(res.Gaps))
 		}
+		w.core.Recycle(d.H) // res is read: its token buffer serves a later request
 		s.reqs[r.idx] = nil
 		s.finished++
 		s.lastDone = max(s.lastDone, s.now)

@@ -65,6 +65,18 @@ func newBlockManager(n int) *blockManager {
 
 func (m *blockManager) total() int { return len(m.blocks) }
 
+// prefetchBlocks loads blocks ids before a run of writes to them, as
+// blockTable.prefetch does for slots.
+func (m *blockManager) prefetchBlocks(ids []int32) {
+	var sink int32
+	for _, i := range ids {
+		if i >= 0 {
+			sink += m.blocks[i].ref
+		}
+	}
+	prefetchSink.Add(uint64(sink))
+}
+
 // available is how many blocks an allocation could obtain: free ones plus
 // evictable ones.
 func (m *blockManager) available() int { return len(m.free) + m.lruLen }

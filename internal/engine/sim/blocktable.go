@@ -1,5 +1,7 @@
 package sim
 
+import "sync/atomic"
+
 // blockTable is the prefix cache's hash → block map: an open-addressing
 // table with linear probing, sized once for every block of the cache (it
 // never holds more entries than blocks) at a load factor of at most 1/2.
@@ -101,3 +103,17 @@ func (t *blockTable) remove(h uint64, i int32) {
 	t.slots[j] = 0
 	t.n--
 }
+
+// prefetch loads the home slots of hashes before a run of lookups: the
+// loads are independent, so their cache misses overlap, where the lookups
+// that follow would take them one after another.
+func (t *blockTable) prefetch(hashes []uint64) {
+	var sink uint64
+	for _, h := range hashes {
+		sink += t.slots[t.homeOf(fingerprint(h))]
+	}
+	prefetchSink.Add(sink)
+}
+
+// prefetchSink keeps prefetch's loads from being optimised away.
+var prefetchSink atomic.Uint64

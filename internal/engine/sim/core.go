@@ -295,7 +295,7 @@ func (c *Core) newSeq(req Request) (*seq, error) {
 	nb := ceilDiv(n+limit, c.bs)
 	s := &seq{
 		req:       req,
-		tokens:    append(make([]uint32, 0, n+limit), req.Tokens...),
+		tokens:    append(takeTokens(n+limit), req.Tokens...),
 		promptLen: n,
 		limit:     limit,
 		finish:    finish,

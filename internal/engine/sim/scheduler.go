@@ -171,6 +171,12 @@ func (e *Core) step(st *stepState) time.Duration {
 		s := b.s
 		s.computed += b.n
 		e.extendHashes(s)
+		if n := s.computed/e.bs - s.committed; n > 1 {
+			// A prefill chunk commits up to hundreds of blocks: load their
+			// table slots together rather than one cache miss at a time.
+			e.bm.byHash.prefetch(s.hashes[s.committed : s.computed/e.bs])
+			e.bm.prefetchBlocks(s.blocks[s.committed : s.computed/e.bs])
+		}
 		for ; s.committed < s.computed/e.bs; s.committed++ {
 			k := s.committed
 			e.bm.commit(s.blocks[k], e.parentOf(s, k), s.hashes[k], s.tokens[k*e.bs:(k+1)*e.bs:(k+1)*e.bs], s.req.Salt)
