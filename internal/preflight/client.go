@@ -132,17 +132,12 @@ type disaggWire struct {
 	ITLSLOMs  float64 `json:"itl_slo_ms"`
 }
 
+// predictWire is /admin/disagg/predict's answer. Its predictions have the
+// report's shape; RemotePays is not on the wire (the frontend's gate does
+// not know preflight's margin) and disaggPair fills it in.
 type predictWire struct {
-	Predictions []struct {
-		PromptTokens int     `json:"prompt_tokens"`
-		KVBytes      int64   `json:"kv_bytes"`
-		TransferS    float64 `json:"transfer_s"`
-		LocalTTFTS   float64 `json:"local_ttft_s"`
-		RemoteTTFTS  float64 `json:"remote_ttft_s"`
-		Choice       string  `json:"choice"`
-		Reason       string  `json:"reason"`
-	} `json:"predictions"`
-	Link struct {
+	Predictions []Prediction `json:"predictions"`
+	Link        struct {
 		BytesPerSec float64 `json:"bytes_per_sec"`
 		RTTMs       float64 `json:"rtt_ms"`
 	} `json:"link"`

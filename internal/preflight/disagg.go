@@ -201,10 +201,8 @@ func (r *runner) disaggPair(ctx context.Context, p pair, margin float64) (Disagg
 	}
 	dp.LinkBytesPerSec, dp.LinkRTTMs = pw.Link.BytesPerSec, pw.Link.RTTMs
 	allPay := true
-	for _, x := range pw.Predictions {
-		pr := Prediction{PromptTokens: x.PromptTokens, KVBytes: x.KVBytes, TransferS: x.TransferS,
-			LocalTTFTS: x.LocalTTFTS, RemoteTTFTS: x.RemoteTTFTS, Choice: x.Choice, Reason: x.Reason,
-			RemotePays: pays(x.LocalTTFTS, x.RemoteTTFTS, margin)}
+	for _, pr := range pw.Predictions {
+		pr.RemotePays = pays(pr.LocalTTFTS, pr.RemoteTTFTS, margin)
 		allPay = allPay && pr.RemotePays
 		dp.Predictions = append(dp.Predictions, pr)
 	}

@@ -108,20 +108,26 @@ func checkBenchSchema(t *testing.T, what, path string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkSchema(t, what+" "+path, "bench.schema.json", raw)
+	return raw
+}
+
+// checkSchema validates the JSON document raw against docs/<schemaFile>.
+func checkSchema(t *testing.T, what, schemaFile string, raw []byte) {
+	t.Helper()
 	var doc any
 	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("%s %s: %v", what, path, err)
+		t.Fatalf("%s: %v\n%s", what, err, raw)
 	}
-	sb, err := os.ReadFile("../../docs/bench.schema.json")
+	sb, err := os.ReadFile("../../docs/" + schemaFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var schema map[string]any
 	if err := json.Unmarshal(sb, &schema); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", schemaFile, err)
 	}
 	for _, e := range jsonschema.Validate(schema, doc) {
-		t.Errorf("%s vs bench schema: %s", what, e)
+		t.Errorf("%s vs %s: %s", what, schemaFile, e)
 	}
-	return raw
 }

@@ -106,6 +106,26 @@ func (h healthWorkers) has(id string) bool {
 	return false
 }
 
+// workerRegistry connects to url with worker id's credentials, as a forger
+// holding them would, and opens the registry (default namespace) on that
+// connection, closed when the test ends.
+func workerRegistry(ctx context.Context, t *testing.T, l *natsLogin, url, id string, trust nats.Option) (*nats.Conn, *bus.Registry) {
+	t.Helper()
+	user := bus.WorkerUser(id)
+	nc, err := bus.Connect(ctx, url, "forger", trust, nats.UserInfo(user, bus.Password(l.secret, user)),
+		nats.CustomInboxPrefix(bus.WorkerInboxPrefix(id)), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	subj, _ := bus.NewSubjects("default")
+	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj, NoCreate: true})
+	if err != nil {
+		t.Fatalf("%s opens the registry: %v", id, err)
+	}
+	return nc, reg
+}
+
 // fakeWorkerEntry is a registry entry for a worker that only a forger
 // would register: its URL is a server the test owns.
 func fakeWorkerEntry(id, url string) bus.WorkerInfo {
@@ -142,17 +162,7 @@ func TestFakeWorkerRegistration(t *testing.T) {
 	}
 
 	// 2. Worker w1's credentials: w1 may register, w2 may not.
-	nc, err := bus.Connect(ctx, natsURL, "forger", trust, nats.UserInfo(bus.WorkerUser("w1"), bus.Password(l.secret, bus.WorkerUser("w1"))),
-		nats.CustomInboxPrefix(bus.WorkerInboxPrefix("w1")), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	subj, _ := bus.NewSubjects("default")
-	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj, NoCreate: true})
-	if err != nil {
-		t.Fatalf("w1 opens the registry: %v", err)
-	}
+	nc, reg := workerRegistry(ctx, t, l, natsURL, "w1", trust)
 	bait, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +176,7 @@ func TestFakeWorkerRegistration(t *testing.T) {
 	} else {
 		t.Logf("w1 registering as w2: %v", err)
 	}
+	subj, _ := bus.NewSubjects("default")
 	nc.Publish(subj.Load("w2"), []byte(`{"worker_id":"w2"}`))
 	g, err := reg.Register(ctx, fakeWorkerEntry("w1", "http://"+bait.Addr().String()))
 	if err != nil {
@@ -286,17 +297,7 @@ func TestExternalNATSCredentials(t *testing.T) {
 	}
 
 	// w2's credentials cannot register as w1 on the external server.
-	nc, err := bus.Connect(ctx, plain, "forger", trust, nats.UserInfo(bus.WorkerUser("w2"), bus.Password(l.secret, bus.WorkerUser("w2"))),
-		nats.CustomInboxPrefix(bus.WorkerInboxPrefix("w2")), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	subj, _ := bus.NewSubjects("default")
-	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj, NoCreate: true})
-	if err != nil {
-		t.Fatalf("w2 opens the registry: %v", err)
-	}
+	_, reg := workerRegistry(ctx, t, l, plain, "w2", trust)
 	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second) // a refused publish is never acknowledged
 	_, err = reg.Register(rctx, fakeWorkerEntry("w1", "http://127.0.0.1:1"))
 	rcancel()
