@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/bus/bustest"
+	"github.com/switchyard-llm/switchyard/internal/gate"
 	"github.com/switchyard-llm/switchyard/internal/node"
 	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 	"github.com/switchyard-llm/switchyard/internal/vllmpub"
@@ -105,20 +107,33 @@ func TestBridgesLinkPricedByGate(t *testing.T) {
 			TransferS      float64 `json:"transfer_s"`
 		}
 	}
-	// 8k tokens of an 8B model prefill in ≈ 17 s on an RTX 4060 and well
-	// under 1 s on an H100; moving their 1 GiB of KV is faster than the
-	// difference on any link above ≈ 70 MB/s, which loopback always is.
+	// 8k tokens of an 8B model: 1 GiB of KV. Which way auto goes depends on
+	// the rate the probe measured, and a 4 MiB probe over loopback on this
+	// machine class measures anything from 44 MB/s (two loaded cores) to
+	// over 1 GB/s, on either side of the break-even (~150 MB/s with the
+	// profiles above). So the test holds the gate to the measurement: the
+	// transfer is priced at the measured rate, and the choice is the rule's
+	// for the predicted times (remote_faster when remote beats local by the
+	// default margin, local_faster otherwise).
 	var p pred
 	postJSON(t, fe.URL()+"/admin/disagg/predict", `{"prompt_tokens":[8192],"prefill":"p1","decode":"d1"}`, &p)
 	if len(p.Predictions) != 1 {
 		t.Fatalf("predictions: %+v", p)
 	}
 	got := p.Predictions[0]
-	if got.Choice != "remote" || got.Reason != "remote_faster" || got.TransferS <= 0 || got.KVBytes != int64(8192*m.KVBytesPerToken()) {
-		t.Errorf("p1 → d1 at %.0f B/s: %+v, want remote (remote_faster) priced with the measured transfer", measured.BytesPerSec, got)
+	if got.KVBytes != int64(8192*m.KVBytesPerToken()) || got.LocalTTFTS <= 0 {
+		t.Errorf("p1 → d1: %+v, want %d KV bytes and a local prediction", got, 8192*m.KVBytesPerToken())
 	}
-	if got.RemoteTTFTS >= got.LocalTTFTS {
-		t.Errorf("remote %.3fs not below local %.3fs", got.RemoteTTFTS, got.LocalTTFTS)
+	// The transfer may carry the link's round trip too: a few ms on loopback.
+	if want := float64(got.KVBytes) / measured.BytesPerSec; math.Abs(got.TransferS-want) > 0.05*want {
+		t.Errorf("p1 → d1 transfer priced at %.3fs, want %.3fs: 1 GiB at the measured %.0f B/s", got.TransferS, want, measured.BytesPerSec)
+	}
+	choice, reason := "local", "local_faster"
+	if got.RemoteTTFTS < (1-gate.DefaultMargin)*got.LocalTTFTS {
+		choice, reason = "remote", "remote_faster"
+	}
+	if got.Choice != choice || got.Reason != reason {
+		t.Errorf("p1 → d1 at %.0f B/s: %+v, want %s (%s) for remote %.3fs against local %.3fs", measured.BytesPerSec, got, choice, reason, got.RemoteTTFTS, got.LocalTTFTS)
 	}
 
 	// d2 registered no timing profile: the gate cannot price the pair.
