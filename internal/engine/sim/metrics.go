@@ -19,6 +19,7 @@ type metrics struct {
 	prefixHits    prometheus.Counter
 	ttftHist      prometheus.Observer
 	itlHist       prometheus.Observer
+	lagHist       prometheus.Observer
 	preemptions   prometheus.Counter
 	finishedReqs  prometheus.Counter
 	abortedReqs   prometheus.Counter
@@ -95,6 +96,13 @@ func newMetrics(e *Engine) *metrics {
 		[]float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560})
 	m.itlHist = hist("vllm:inter_token_latency_seconds", "Simulated time between output tokens.",
 		[]float64{0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80})
+	// Pacing: how far behind its simulated schedule the engine delivered
+	// each step, in wall seconds. A host that cannot keep up with
+	// --speedup (busy cores, too many workers per core) shows here; the
+	// engine then runs its steps back to back until it has caught up, so
+	// the simulated timeline survives, but its tokens reach clients late.
+	m.lagHist = hist("switchyard_worker_pacing_lag_seconds", "Wall time each step's tokens were delivered after the simulated schedule said (0: on time).",
+		[]float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5})
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "KV cache configuration.",
 		ConstLabels: prometheus.Labels{"model_name": e.cfg.Model, "engine": e.cfg.ID,
 			"block_size": strconv.Itoa(e.bs), "num_gpu_blocks": strconv.Itoa(e.bm.total()),
@@ -165,6 +173,12 @@ func (m *metrics) ttft(d time.Duration) {
 func (m *metrics) itl(d time.Duration) {
 	if m != nil {
 		m.itlHist.Observe(d.Seconds())
+	}
+}
+
+func (m *metrics) lagged(d time.Duration) {
+	if m != nil {
+		m.lagHist.Observe(max(0, d.Seconds()))
 	}
 }
 

@@ -294,6 +294,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			case <-timer.C:
 			}
 		}
+		e.metrics.lagged(time.Since(deadline))
 		e.mu.Lock()
 		for _, d := range st.dels {
 			d.s.visible = max(d.s.visible, d.visible)

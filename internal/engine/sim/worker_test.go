@@ -358,7 +358,7 @@ func TestModelsHealthMetricsReset(t *testing.T) {
 	resp.Body.Close()
 	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
 		"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_bucket",
-		"vllm:inter_token_latency_seconds_bucket", `engine="w7"`, `model_name="qwen3-0.6b"`} {
+		"vllm:inter_token_latency_seconds_bucket", "switchyard_worker_pacing_lag_seconds_count", `engine="w7"`, `model_name="qwen3-0.6b"`} {
 		if !strings.Contains(sb.String(), name) {
 			t.Errorf("metrics lack %s", name)
 		}
