@@ -2,7 +2,8 @@ package tokenizer
 
 import (
 	"math"
-	"sync"
+
+	"github.com/switchyard-llm/switchyard/internal/tokenizer/internal/mergeheap"
 )
 
 // noRank marks a pair that is not a token.
@@ -89,10 +90,9 @@ func (v *vocab) appendMergedScan(dst []uint32, piece string, parts []part) []uin
 // value and a stale entry never matches the part's current rank.
 func (v *vocab) appendMergedHeap(dst []uint32, piece string) []uint32 {
 	n := len(piece)
-	st := mergePool.Get().(*mergeState)
-	defer mergePool.Put(st)
-	st.reset(n)
-	next, prev, rank := st.next, st.prev, st.rank
+	st := mergeheap.Get(n)
+	defer mergeheap.Put(st)
+	next, prev, rank := st.Next, st.Prev, st.Rank
 	pairRank := func(i int) uint32 {
 		j := next[i]
 		if j >= n {
@@ -106,14 +106,14 @@ func (v *vocab) appendMergedHeap(dst []uint32, piece string) []uint32 {
 	}
 	for i := range n {
 		if rank[i] = pairRank(i); rank[i] != noRank {
-			st.h = append(st.h, cand{rank: rank[i], pos: i})
+			st.Heap = append(st.Heap, mergeheap.Cand{Rank: rank[i], Pos: i})
 		}
 	}
-	st.h.init()
-	for len(st.h) > 0 {
-		c := st.h.pop()
-		i := c.pos
-		if rank[i] != c.rank { // stale, or part i was merged away (rank set to noRank)
+	st.Heap.Init()
+	for len(st.Heap) > 0 {
+		c := st.Heap.Pop()
+		i := c.Pos
+		if rank[i] != c.Rank { // stale, or part i was merged away (rank set to noRank)
 			continue
 		}
 		j := next[i]
@@ -123,11 +123,11 @@ func (v *vocab) appendMergedHeap(dst []uint32, piece string) []uint32 {
 		}
 		rank[j] = noRank
 		if rank[i] = pairRank(i); rank[i] != noRank {
-			st.h.push(cand{rank: rank[i], pos: i})
+			st.Heap.Push(mergeheap.Cand{Rank: rank[i], Pos: i})
 		}
 		if p := prev[i]; p >= 0 {
 			if rank[p] = pairRank(p); rank[p] != noRank {
-				st.h.push(cand{rank: rank[p], pos: p})
+				st.Heap.Push(mergeheap.Cand{Rank: rank[p], Pos: p})
 			}
 		}
 	}
@@ -136,96 +136,4 @@ func (v *vocab) appendMergedHeap(dst []uint32, piece string) []uint32 {
 		dst = append(dst, id)
 	}
 	return dst
-}
-
-// cand is a merge candidate: the pair starting at byte pos has rank.
-type cand struct {
-	rank uint32
-	pos  int
-}
-
-// candHeap is a binary min-heap of candidates by rank, then leftmost
-// first, which is the order tiktoken merges in. Hand-rolled rather than
-// container/heap so pushes do not box each candidate into an interface.
-type candHeap []cand
-
-func (h candHeap) less(a, b int) bool {
-	if h[a].rank != h[b].rank {
-		return h[a].rank < h[b].rank
-	}
-	return h[a].pos < h[b].pos
-}
-
-func (h candHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h *candHeap) push(c cand) {
-	*h = append(*h, c)
-	h.up(len(*h) - 1)
-}
-
-func (h *candHeap) pop() cand {
-	old := *h
-	top := old[0]
-	last := len(old) - 1
-	old[0] = old[last]
-	*h = old[:last]
-	h.down(0)
-	return top
-}
-
-func (h candHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.less(i, p) {
-			return
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (h candHeap) down(i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(h) && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-}
-
-// mergeState is the scratch space of appendMergedHeap, pooled because
-// long pieces would otherwise allocate several slices each.
-type mergeState struct {
-	next, prev []int
-	rank       []uint32
-	h          candHeap
-}
-
-var mergePool = sync.Pool{New: func() any { return new(mergeState) }}
-
-func (st *mergeState) reset(n int) {
-	if cap(st.next) < n {
-		st.next = make([]int, n)
-		st.prev = make([]int, n)
-		st.rank = make([]uint32, n)
-	}
-	st.next, st.prev, st.rank = st.next[:n], st.prev[:n], st.rank[:n]
-	for i := range n {
-		st.next[i] = i + 1
-		st.prev[i] = i - 1
-	}
-	st.h = st.h[:0]
 }

@@ -1,6 +1,10 @@
 package hf
 
-import "math"
+import (
+	"math"
+
+	"github.com/switchyard-llm/switchyard/internal/tokenizer/internal/mergeheap"
+)
 
 const noRank = math.MaxUint32
 
@@ -121,15 +125,11 @@ func (t *Tokenizer) merge(dst []uint32, piece string) []uint32 {
 // pair (a stale entry no longer matches).
 func (t *Tokenizer) mergeHeap(dst []uint32, piece string) []uint32 {
 	n := len(piece)
-	sym := make([]uint32, n)
-	next := make([]int, n)
-	prev := make([]int, n)
-	rank := make([]uint32, n)
-	mid := make([]uint32, n)
-	var h candHeap
+	st := mergeheap.Get(n)
+	defer mergeheap.Put(st)
+	sym, next, prev, rank, mid := st.Sym, st.Next, st.Prev, st.Rank, st.Mid
 	for i := range n {
 		sym[i] = t.byteID[piece[i]]
-		next[i], prev[i] = i+1, i-1
 	}
 	set := func(i int) {
 		j := next[i]
@@ -139,16 +139,16 @@ func (t *Tokenizer) mergeHeap(dst []uint32, piece string) []uint32 {
 		}
 		rank[i], mid[i] = t.pairRank(sym[i], sym[j])
 		if rank[i] != noRank {
-			h.push(cand{rank: rank[i], pos: i})
+			st.Heap.Push(mergeheap.Cand{Rank: rank[i], Pos: i})
 		}
 	}
 	for i := range n {
 		set(i)
 	}
-	for len(h) > 0 {
-		c := h.pop()
-		i := c.pos
-		if sym[i] == noRank || rank[i] != c.rank {
+	for len(st.Heap) > 0 {
+		c := st.Heap.Pop()
+		i := c.Pos
+		if sym[i] == noRank || rank[i] != c.Rank {
 			continue
 		}
 		j := next[i]
@@ -167,57 +167,4 @@ func (t *Tokenizer) mergeHeap(dst []uint32, piece string) []uint32 {
 		dst = append(dst, sym[i])
 	}
 	return dst
-}
-
-type cand struct {
-	rank uint32
-	pos  int
-}
-
-// candHeap is a min-heap by rank, then position.
-type candHeap []cand
-
-func (h candHeap) less(a, b int) bool {
-	if h[a].rank != h[b].rank {
-		return h[a].rank < h[b].rank
-	}
-	return h[a].pos < h[b].pos
-}
-
-func (h *candHeap) push(c cand) {
-	*h = append(*h, c)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !s.less(i, p) {
-			break
-		}
-		s[i], s[p] = s[p], s[i]
-		i = p
-	}
-}
-
-func (h *candHeap) pop() cand {
-	s := *h
-	top := s[0]
-	last := len(s) - 1
-	s[0] = s[last]
-	s = s[:last]
-	*h = s
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= len(s) {
-			break
-		}
-		m := l
-		if r := l + 1; r < len(s) && s.less(r, l) {
-			m = r
-		}
-		if !s.less(m, i) {
-			break
-		}
-		s[i], s[m] = s[m], s[i]
-		i = m
-	}
-	return top
 }

@@ -157,3 +157,22 @@ func TestEncodeAllocs(t *testing.T) {
 		t.Errorf("warm AppendEncode allocates %.0f times per run, want 0", allocs)
 	}
 }
+
+// TestMergeHeapMatchesScan: the heap merge of long pieces gives the
+// rescanning merge's tokens on every piece both can take.
+func TestMergeHeapMatchesScan(t *testing.T) {
+	tk := tiny(t, false)
+	rng := rand.New(rand.NewPCG(7, 8))
+	parts := []string{"h", "e", "l", "o", "he", "ll", "hello", " w", " world", "ld", "x"}
+	for range 3000 {
+		var b strings.Builder
+		for b.Len() < 1+rng.IntN(scanMax) {
+			b.WriteString(parts[rng.IntN(len(parts))])
+		}
+		piece := b.String()[:min(b.Len(), scanMax)]
+		scan, heap := tk.merge(nil, piece), tk.mergeHeap(nil, piece)
+		if !slices.Equal(scan, heap) {
+			t.Fatalf("%q: scan %v, heap %v", piece, scan, heap)
+		}
+	}
+}
