@@ -62,7 +62,7 @@ func (t *Tokenizer) reachable(id uint32, piece string) bool {
 
 // pairRank is the rank and merged id of the pair (a, b).
 func (t *Tokenizer) pairRank(a, b uint32) (rank, id uint32) {
-	v, ok := t.merges[uint64(a)<<32|uint64(b)]
+	v, ok := t.merges.get(uint64(a)<<32 | uint64(b))
 	if !ok {
 		return noRank, 0
 	}

@@ -11,8 +11,9 @@ import (
 // A small scanner for the two big parts of a tokenizer.json, model.vocab
 // ({"token": id, …}) and model.merges (["a b", …] or [["a", "b"], …]),
 // which encoding/json decodes several times slower than the rest of
-// loading takes. encoding/json has already validated the document (they
-// arrive as json.RawMessage), so the scanner can be strict and simple.
+// loading takes. members (docscan.go) delimits them in the document
+// without validating them, so the scanner is strict: anything but the
+// expected shape is an error naming the byte offset.
 
 type scanner struct {
 	b   []byte
