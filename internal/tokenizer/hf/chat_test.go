@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
 )
@@ -18,7 +19,8 @@ func TestChatGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	var g struct {
-		Cases []struct {
+		StrftimeNow string `json:"strftime_now"`
+		Cases       []struct {
 			Family               string           `json:"family"`
 			Case                 string           `json:"case"`
 			Messages             []openai.Message `json:"messages"`
@@ -31,6 +33,10 @@ func TestChatGolden(t *testing.T) {
 	if err := json.Unmarshal(data, &g); err != nil {
 		t.Fatal(err)
 	}
+	now, err := time.ParseInLocation("2006-01-02T15:04:05", g.StrftimeNow, time.Local)
+	if err != nil {
+		t.Fatalf("strftime_now %q: %v", g.StrftimeNow, err)
+	}
 	bos := map[string]string{FamilyQwen3: "", FamilyLlama3: "<|begin_of_text|>", FamilyLlama31: "<|begin_of_text|>", FamilyDeepSeekV3: "<｜begin▁of▁sentence｜>"}
 	seen := map[string]int{}
 	for _, c := range g.Cases {
@@ -38,11 +44,15 @@ func TestChatGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fam, err := detectFamily(string(tmpl))
-		if err != nil || fam != c.Family {
-			t.Fatalf("%s template detected as %q, %v", c.Family, fam, err)
+		wantFam, wantDated := c.Family, false
+		if c.Family == "llama3_1_dated" {
+			wantFam, wantDated = FamilyLlama31, true
 		}
-		tp := &ChatTemplate{Family: fam, bos: bos[fam]}
+		tp, err := newChatTemplate(string(tmpl), bos[wantFam])
+		if err != nil || tp.Family != wantFam || tp.dated != wantDated {
+			t.Fatalf("%s template detected as %+v, %v", c.Family, tp, err)
+		}
+		tp.now = func() time.Time { return now }
 		got, err := tp.Render(c.Messages, ChatOptions{AddGenerationPrompt: c.AddGenerationPrompt, ContinueFinalMessage: c.ContinueFinalMessage, EnableThinking: c.EnableThinking})
 		if err != nil {
 			t.Errorf("%s/%s: %v", c.Family, c.Case, err)
@@ -53,8 +63,8 @@ func TestChatGolden(t *testing.T) {
 		}
 		seen[c.Family]++
 	}
-	if len(seen) != 4 {
-		t.Errorf("golden cases cover %v, want all four templates", seen)
+	if len(seen) != 5 {
+		t.Errorf("golden cases cover %v, want all five templates", seen)
 	}
 }
 
