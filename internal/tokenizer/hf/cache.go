@@ -72,10 +72,12 @@ func makeKey(piece string) cacheKey {
 	var w uint64
 	shift := 0
 	if len(piece)-i >= 4 {
+		_ = piece[i+3] // one bounds check, so the compiler combines the loads
 		w = uint64(piece[i]) | uint64(piece[i+1])<<8 | uint64(piece[i+2])<<16 | uint64(piece[i+3])<<24
 		i, shift = i+4, 32
 	}
 	if len(piece)-i >= 2 {
+		_ = piece[i+1]
 		w |= (uint64(piece[i]) | uint64(piece[i+1])<<8) << shift
 		i, shift = i+2, shift+16
 	}
@@ -107,16 +109,16 @@ func (c *pieceCache) get(dst []uint32, k *cacheKey) ([]uint32, bool) {
 	if s.key[0].Load() != k.w[0] || s.key[1].Load() != k.w[1] || s.key[2].Load() != k.w[2] {
 		return dst, false
 	}
-	n := int(m & 0xFF)
-	var ids [4]uint64
-	for i := range (n + 1) / 2 {
-		ids[i] = s.ids[i].Load()
+	n, start := int(m&0xFF), len(dst)
+	for i := 0; i < n; i += 2 {
+		w := s.ids[i/2].Load()
+		dst = append(dst, uint32(w))
+		if i+1 < n {
+			dst = append(dst, uint32(w>>32))
+		}
 	}
 	if s.meta.Load() != m {
-		return dst, false // a writer replaced the slot while we read it
-	}
-	for i := range n {
-		dst = append(dst, uint32(ids[i/2]>>(32*(i&1))))
+		return dst[:start], false // a writer replaced the slot while we read it
 	}
 	return dst, true
 }

@@ -145,7 +145,7 @@ func (t *Tokenizer) appendNormalized(dst []uint32, s string) []uint32 {
 	if s == "" {
 		return dst
 	}
-	if t.nfc && norm.NFC.QuickSpanString(s) != len(s) {
+	if t.nfc && !isASCII(s) && norm.NFC.QuickSpanString(s) != len(s) {
 		s = norm.NFC.String(s)
 	}
 	start := 0
@@ -317,4 +317,22 @@ func (t *Tokenizer) TokenID(s string) (uint32, bool) {
 	}
 	id, ok := t.vocab[s]
 	return id, ok
+}
+
+// isASCII reports whether s is all ASCII (which NFC leaves as it is),
+// eight bytes at a time: norm's own quick check goes byte by byte, and was
+// 7% of encoding English text.
+func isASCII(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		if load8(s, i)&0x8080808080808080 != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }

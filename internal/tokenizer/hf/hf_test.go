@@ -294,4 +294,26 @@ func TestASCIIClasses(t *testing.T) {
 			}
 		}
 	}
+	for _, re := range []string{patternDeepSeekDigits, patternDeepSeekCJK} {
+		m := knownPattern(re).(runMatcher)
+		for r := range rune(utf8.RuneSelf) {
+			if got, want := asciiFlags[r]&m.fl != 0, m.in(r); got != want {
+				t.Errorf("%s on %q: ASCII flag says %v, the class %v", re, r, got, want)
+			}
+		}
+	}
+}
+
+func TestIsASCII(t *testing.T) {
+	for _, c := range []struct {
+		s    string
+		want bool
+	}{
+		{"", true}, {"plain words, 12345678!", true}, {"seven b", true},
+		{"eight by\u00e9", false}, {"\u00e9", false}, {strings.Repeat("a", 16) + "\x80", false}, {"abcdefg\xffabcdefgh", false},
+	} {
+		if got := isASCII(c.s); got != c.want {
+			t.Errorf("isASCII(%q) = %v, want %v", c.s, got, c.want)
+		}
+	}
 }

@@ -46,9 +46,9 @@ func knownPattern(re string) matcher {
 	case patternQwen:
 		return gpt4Matcher{maxDigits: 1}
 	case patternDeepSeekDigits:
-		return runMatcher{in: isNumber, max: 3}
+		return runMatcher{in: isNumber, fl: flNumber, max: 3}
 	case patternDeepSeekCJK:
-		return runMatcher{in: isDeepSeekCJK}
+		return runMatcher{in: isDeepSeekCJK} // no ASCII rune is in the class
 	case patternDeepSeekMain:
 		return deepSeekMatcher{}
 	}
@@ -277,6 +277,7 @@ func contraction(s string, i int) int {
 // true, at least one.
 type runMatcher struct {
 	in  func(rune) bool
+	fl  uint8 // in's ASCII flag: ASCII bytes are tested without calling in
 	max int
 }
 
@@ -287,7 +288,7 @@ func (m runMatcher) find(s string, i int) (start, end int, ok bool) {
 	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if m.in(rune(c)) {
+			if asciiFlags[c]&m.fl != 0 {
 				end, _ := m.match(s, i)
 				return i, end, true
 			}
