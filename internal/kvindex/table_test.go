@@ -76,3 +76,49 @@ func TestApplyAllocationFree(t *testing.T) {
 		t.Errorf("Store+Remove allocate %v times per call, want 0", allocs)
 	}
 }
+
+// TestContinuationStaysInHomeLine fills a home line with one-holder heads
+// and then gives one of them a fourth holder: its continuation must take a
+// slot of the home line (a displaced head moves down the run), and every
+// block must still report its holders, also after removals shift the run.
+func TestContinuationStaysInHomeLine(t *testing.T) {
+	x := New(Config{Shards: 1, InitialSlots: 64})
+	hashes := make([]uint64, 6)
+	for i := range hashes {
+		hashes[i] = uint64(i+1)<<40 | 0x10 // one home line in any table
+	}
+	for i, h := range hashes {
+		x.Store(fmt.Sprintf("a%d", i), []uint64{h})
+	}
+	k := slotKey(hashes[0])
+	for _, w := range []string{"b", "c", "d"} { // four holders: a continuation
+		x.Store(w, hashes[:1])
+	}
+	tab := x.shards[0].tab.Load()
+	if _, ok := tab.lineOf(k).scan(contKey(k, 1, x.topMask)); !ok {
+		t.Error("the continuation is not in its home line")
+	}
+	check := func(when string, want map[string]map[string]int) {
+		t.Helper()
+		var o Overlaps
+		for i, h := range hashes {
+			x.Overlaps([]uint64{h}, &o)
+			if got := hitsMap(&o); fmt.Sprint(got) != fmt.Sprint(want[fmt.Sprint(i)]) {
+				t.Errorf("%s: block %d: holders %v, want %v", when, i, got, want[fmt.Sprint(i)])
+			}
+		}
+	}
+	want := map[string]map[string]int{"0": {"a0": 1, "b": 1, "c": 1, "d": 1}}
+	for i := 1; i < len(hashes); i++ {
+		want[fmt.Sprint(i)] = map[string]int{fmt.Sprintf("a%d", i): 1}
+	}
+	check("after the fourth holder", want)
+	x.Remove("a2", hashes[2:3])
+	x.Remove("c", hashes[:1])
+	want["2"] = map[string]int{}
+	delete(want["0"], "c")
+	check("after removals", want)
+	if got, want := x.Entries(), 6-1+3-1; got != want {
+		t.Errorf("entries = %d, want %d", got, want)
+	}
+}
