@@ -290,6 +290,14 @@ func FuzzEncode(f *testing.F) {
 		f.Add(c.Family, text)
 		want[c.Family+"\x00"+text] = c.IDs
 	}
+	// Load the tokenizers before fuzzing starts: a fuzz worker that takes
+	// longer than a second over one input is declared hung (internal/fuzz's
+	// workerTimeoutDuration), and loading three tokenizers inside the first
+	// input did on a loaded machine ("fuzzing process hung or terminated
+	// unexpectedly").
+	for _, family := range families {
+		familyTokenizer(f, family)
+	}
 	f.Fuzz(func(t *testing.T, family, text string) {
 		if family != "qwen3" && family != "llama3" && family != "deepseek_v3" {
 			return
