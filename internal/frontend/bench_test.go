@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,8 +151,8 @@ func BenchmarkOverheadLatency(b *testing.B) {
 		return tok
 	}
 	b.Run("1500-words-qwen3-cold", func(b *testing.B) {
-		overheadLatency(b, func(i int) string {
-			return chatBody(openai.Message{Role: "user", Content: tokentest.EnglishWords(1500, uint64(i)+1e6)})
+		overheadLatency(b, func(int) string {
+			return chatBody(openai.Message{Role: "user", Content: tokentest.EnglishWords(1500, nextColdSeed())})
 		}, qwen3(b))
 	})
 	b.Run("1500-words-qwen3-warm", func(b *testing.B) {
@@ -166,11 +167,17 @@ func BenchmarkOverheadLatency(b *testing.B) {
 			{Role: "user", Content: tokentest.EnglishWords(300, 4)},
 			{Role: "assistant", Content: tokentest.EnglishWords(100, 5)},
 		}
-		overheadLatency(b, func(i int) string {
-			return chatBody(append(slices.Clone(earlier), openai.Message{Role: "user", Content: tokentest.EnglishWords(100, uint64(i)+1e6)})...)
+		overheadLatency(b, func(int) string {
+			return chatBody(append(slices.Clone(earlier), openai.Message{Role: "user", Content: tokentest.EnglishWords(100, nextColdSeed())})...)
 		}, qwen3(b))
 	})
 }
+
+// coldSeed numbers the prompts of cold cases, across runs and
+// sub-benchmarks, so that no two are the same.
+var coldSeed atomic.Uint64
+
+func nextColdSeed() uint64 { return coldSeed.Add(1) + 1e6 }
 
 // chatBody is a streamed chat request for msgs.
 func chatBody(msgs ...openai.Message) string {
@@ -264,4 +271,47 @@ func BenchmarkRelayLoop(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
+
+// BenchmarkReadRequest is the frontend's own work on a 1,500-word Qwen3
+// chat request, without the network: read, decode, validate, render,
+// tokenize and hash. cold gives every iteration a new prompt, warm the
+// same one (its turn a section-cache hit).
+//
+//	make tokenizer-deps && go test -run '^$' -bench ReadRequest -benchtime 2000x -cpu 1 -count 5 ./internal/frontend
+func BenchmarkReadRequest(b *testing.B) {
+	tok, err := tokenizer.Open(qwen3Dir)
+	if err != nil {
+		b.Skipf("Qwen3's tokenizer is not installed (make tokenizer-deps): %v", err)
+	}
+	s, err := New(Config{Model: testModel, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		Deps{Workers: &fakePool{}, Router: firstRouter{}, Tokenizer: tok})
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := func(b *testing.B, body func(i int) string) {
+		bodies := make([]string, b.N)
+		for i := range bodies {
+			bodies[i] = body(i)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		c0 := tokentest.CPUTime()
+		for i := range b.N {
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(bodies[i]))
+			pr, aerr := s.readRequest(httptest.NewRecorder(), r, endpointChat)
+			if aerr != nil || len(pr.tokens) < 1500 {
+				b.Fatalf("readRequest: %v", aerr)
+			}
+		}
+		// CPU time is the steadier figure on a shared machine.
+		b.ReportMetric(float64((tokentest.CPUTime()-c0).Nanoseconds())/1000/float64(b.N), "cpu-µs/op")
+	}
+	warm := chatBody(openai.Message{Role: "user", Content: tokentest.EnglishWords(1500, 1500)})
+	b.Run("qwen3-cold", func(b *testing.B) {
+		run(b, func(int) string {
+			return chatBody(openai.Message{Role: "user", Content: tokentest.EnglishWords(1500, nextColdSeed())})
+		})
+	})
+	b.Run("qwen3-warm", func(b *testing.B) { run(b, func(int) string { return warm }) })
 }

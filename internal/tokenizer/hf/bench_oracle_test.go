@@ -8,23 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/tokenizer/tokentest"
 )
 
-// cpuTime is the process's user+system CPU time. On this shared machine
-// wall time mostly measures the neighbours; CPU time is what a load
-// costs.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+// cpuTime is the process's user+system CPU time (tokentest.CPUTime).
+var cpuTime = tokentest.CPUTime
 
 // BenchmarkLoad is the time to load each family's tokenizer.json (and
 // tokenizer_config.json) from disk, with the CPU time and the heap the

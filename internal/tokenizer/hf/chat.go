@@ -131,7 +131,13 @@ func (c *ChatTemplate) Render(msgs []openai.Message, o ChatOptions) (string, err
 			return "", errors.New("chat template: continue_final_message needs an assistant message last")
 		}
 	}
+	// One allocation for the prompt: the turns plus their headers.
+	n := 256
+	for _, m := range msgs {
+		n += len(m.Role) + len(m.Content) + 64
+	}
 	var b strings.Builder
+	b.Grow(n)
 	switch c.Family {
 	case FamilyQwen3:
 		renderQwen3(&b, msgs, o)
@@ -181,6 +187,14 @@ func (t *Tokenizer) EncodeChat(msgs []openai.Message, o ChatOptions) ([]uint32, 
 	return t.Encode(s), nil
 }
 
+// write writes parts to b in turn: the prompt is copied once, into b,
+// where b.WriteString(x + y + z) would copy it into x + y + z first.
+func write(b *strings.Builder, parts ...string) {
+	for _, p := range parts {
+		b.WriteString(p)
+	}
+}
+
 // pyIsSpace is Python's str.isspace for one rune, which Jinja's trim and
 // Python's strip() use.
 func pyIsSpace(r rune) bool {
@@ -196,7 +210,7 @@ func pyStrip(s string) string { return strings.TrimFunc(s, pyIsSpace) }
 
 func renderQwen3(b *strings.Builder, msgs []openai.Message, o ChatOptions) {
 	if msgs[0].Role == "system" {
-		b.WriteString("<|im_start|>system\n" + msgs[0].Content + "<|im_end|>\n")
+		write(b, "<|im_start|>system\n", msgs[0].Content, "<|im_end|>\n")
 	}
 	// The last user query that is not a tool response.
 	lastQuery := len(msgs) - 1
@@ -211,7 +225,7 @@ func renderQwen3(b *strings.Builder, msgs []openai.Message, o ChatOptions) {
 	for i, m := range msgs {
 		switch {
 		case m.Role == "user" || (m.Role == "system" && i != 0):
-			b.WriteString("<|im_start|>" + m.Role + "\n" + m.Content + "<|im_end|>\n")
+			write(b, "<|im_start|>", m.Role, "\n", m.Content, "<|im_end|>\n")
 		case m.Role == "assistant":
 			content, reasoning := m.Content, ""
 			if strings.Contains(m.Content, "</think>") {
@@ -223,16 +237,16 @@ func renderQwen3(b *strings.Builder, msgs []openai.Message, o ChatOptions) {
 				reasoning = strings.TrimLeft(before, "\n")
 			}
 			if i > lastQuery && (i == last || reasoning != "") {
-				b.WriteString("<|im_start|>" + m.Role + "\n<think>\n" + strings.Trim(reasoning, "\n") + "\n</think>\n\n" + strings.TrimLeft(content, "\n"))
+				write(b, "<|im_start|>", m.Role, "\n<think>\n", strings.Trim(reasoning, "\n"), "\n</think>\n\n", strings.TrimLeft(content, "\n"))
 			} else {
-				b.WriteString("<|im_start|>" + m.Role + "\n" + content)
+				write(b, "<|im_start|>", m.Role, "\n", content)
 			}
 			b.WriteString("<|im_end|>\n")
 		case m.Role == "tool":
 			if i == 0 || msgs[i-1].Role != "tool" {
 				b.WriteString("<|im_start|>user")
 			}
-			b.WriteString("\n<tool_response>\n" + m.Content + "\n</tool_response>")
+			write(b, "\n<tool_response>\n", m.Content, "\n</tool_response>")
 			if i == last || msgs[i+1].Role != "tool" {
 				b.WriteString("<|im_end|>\n")
 			}
@@ -251,7 +265,7 @@ func renderLlama3(b *strings.Builder, bos string, msgs []openai.Message, o ChatO
 		if i == 0 {
 			b.WriteString(bos)
 		}
-		b.WriteString("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n" + pyStrip(m.Content) + "<|eot_id|>")
+		write(b, "<|start_header_id|>", m.Role, "<|end_header_id|>\n\n", pyStrip(m.Content), "<|eot_id|>")
 	}
 	if o.AddGenerationPrompt {
 		b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
@@ -267,14 +281,14 @@ func renderLlama31(b *strings.Builder, bos, date string, msgs []openai.Message, 
 	}
 	b.WriteString("<|start_header_id|>system<|end_header_id|>\n\n")
 	b.WriteString("Cutting Knowledge Date: December 2023\n")
-	b.WriteString("Today Date: " + date + "\n\n")
-	b.WriteString(system + "<|eot_id|>")
+	write(b, "Today Date: ", date, "\n\n")
+	write(b, system, "<|eot_id|>")
 	for _, m := range msgs {
 		if m.Role == "tool" || m.Role == "ipython" {
-			b.WriteString("<|start_header_id|>ipython<|end_header_id|>\n\n" + m.Content + "<|eot_id|>")
+			write(b, "<|start_header_id|>ipython<|end_header_id|>\n\n", m.Content, "<|eot_id|>")
 			continue
 		}
-		b.WriteString("<|start_header_id|>" + m.Role + "<|end_header_id|>\n\n" + pyStrip(m.Content) + "<|eot_id|>")
+		write(b, "<|start_header_id|>", m.Role, "<|end_header_id|>\n\n", pyStrip(m.Content), "<|eot_id|>")
 	}
 	if o.AddGenerationPrompt {
 		b.WriteString("<|start_header_id|>assistant<|end_header_id|>\n\n")
@@ -293,27 +307,27 @@ func renderDeepSeekV3(b *strings.Builder, bos string, msgs []openai.Message, o C
 			}
 		}
 	}
-	b.WriteString(bos + system)
+	write(b, bos, system)
 	isTool, firstOutput := false, true
 	for _, m := range msgs {
 		switch m.Role {
 		case "user":
 			isTool = false
-			b.WriteString("<｜User｜>" + m.Content)
+			write(b, "<｜User｜>", m.Content)
 		case "assistant":
 			if isTool {
-				b.WriteString("<｜tool▁outputs▁end｜>" + m.Content + "<｜end▁of▁sentence｜>")
+				write(b, "<｜tool▁outputs▁end｜>", m.Content, "<｜end▁of▁sentence｜>")
 				isTool = false
 			} else {
-				b.WriteString("<｜Assistant｜>" + m.Content + "<｜end▁of▁sentence｜>")
+				write(b, "<｜Assistant｜>", m.Content, "<｜end▁of▁sentence｜>")
 			}
 		case "tool":
 			isTool = true
 			if firstOutput {
-				b.WriteString("<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>" + m.Content + "<｜tool▁output▁end｜>")
+				write(b, "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>", m.Content, "<｜tool▁output▁end｜>")
 				firstOutput = false
 			} else {
-				b.WriteString("\n<｜tool▁output▁begin｜>" + m.Content + "<｜tool▁output▁end｜>")
+				write(b, "\n<｜tool▁output▁begin｜>", m.Content, "<｜tool▁output▁end｜>")
 			}
 		}
 	}

@@ -1,11 +1,24 @@
-// Package tokentest has test inputs for tokenizer benchmarks: realistic
-// English prompts, deterministic by seed. It is imported by tests only.
+// Package tokentest has helpers for tokenizer benchmarks: realistic
+// English prompts, deterministic by seed, and the process's CPU time. It
+// is imported by tests only.
 package tokentest
 
 import (
 	"math/rand/v2"
 	"strings"
+	"syscall"
+	"time"
 )
+
+// CPUTime is the process's user+system CPU time. On a shared machine wall
+// time mostly measures the neighbours; CPU time is what a load costs.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 var words = strings.Fields(`the of and to in is that for it as was with be by on not he this are or his from at which but
 	have an had they you were their one all we can her has there been if more when will would who so no time people year
