@@ -162,7 +162,10 @@
 // switchyard_cache_hit_tokens_total, switchyard_worker_ejections_total,
 // switchyard_worker_gone_cancels_total, switchyard_shed_total{scope},
 // switchyard_client_connections and
-// switchyard_client_connections_refused_total.
+// switchyard_client_connections_refused_total; with a HuggingFace
+// tokenizer, its section cache's switchyard_tokenizer_cache_hits_total,
+// switchyard_tokenizer_cache_misses_total and
+// switchyard_tokenizer_cache_bytes.
 //
 // # Client limits
 //

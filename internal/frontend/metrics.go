@@ -3,6 +3,7 @@ package frontend
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/switchyard-llm/switchyard/internal/prom"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
 // Error kinds of switchyard_errors_total.
@@ -102,4 +103,20 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// tokenizerCacheMetrics are the series of a tokenizer's section cache
+// (tokenizer.HF), read at scrape time from stats.
+func tokenizerCacheMetrics(stats func() tokenizer.CacheStats) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "switchyard_tokenizer_cache_hits_total",
+			Help: "Prompt sections (the text between special tokens, such as a chat turn, of at least 256 bytes) whose token ids came from the tokenizer's cache."},
+			func() float64 { return float64(stats().Hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "switchyard_tokenizer_cache_misses_total",
+			Help: "Prompt sections of at least 256 bytes that were encoded; a section is cached when it is seen a second time."},
+			func() float64 { return float64(stats().Misses) }),
+		prom.GaugeFunc("switchyard_tokenizer_cache_bytes",
+			"Bytes the tokenizer's section cache holds (text, ids and overhead), up to its bound.",
+			func() float64 { return float64(stats().Bytes) }),
+	}
 }

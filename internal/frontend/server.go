@@ -112,6 +112,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err := prom.Register(cfg.Registry, "frontend", open); err != nil {
 		return nil, err
 	}
+	if c, ok := s.tok.(interface{ CacheStats() tokenizer.CacheStats }); ok {
+		if err := prom.Register(cfg.Registry, "frontend", tokenizerCacheMetrics(c.CacheStats)...); err != nil {
+			return nil, err
+		}
+	}
 	s.reqPrefix = "sy-" + strconv.FormatInt(s.started.UnixNano()%1e12, 36) + "-"
 	s.transport = &http.Transport{
 		Proxy:       nil,

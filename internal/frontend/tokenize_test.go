@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -75,5 +76,36 @@ func TestChatTemplateSwitchesRoute(t *testing.T) {
 	defer h.router.mu.Unlock()
 	if len(h.router.picks) != 2 || h.router.picks[0].PromptTokens != len(plain) || h.router.picks[1].PromptTokens != len(noThink) || len(noThink) <= len(plain) {
 		t.Errorf("routed prompt tokens %v, want %d then %d", h.router.picks, len(plain), len(noThink))
+	}
+}
+
+// TestTokenizerCacheMetrics: a long chat turn sent three times is encoded
+// twice (the second time stores it) and then found in the section cache,
+// and the frontend's metrics say so.
+func TestTokenizerCacheMetrics(t *testing.T) {
+	m, err := tokenizer.Open("../tokenizer/testdata/tiny-qwen3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newFakeWorker(t, "a")
+	h := newHarness(t, Config{}, Deps{Tokenizer: m}, a.worker(RoleAggregated))
+	body := `{"model":"` + testModel + `","messages":[{"role":"user","content":"` + strings.Repeat("hello world ", 40) + `"}],"max_tokens":2}`
+	for range 3 {
+		if resp, b := h.do(t, "POST", "/v1/chat/completions", body); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	got := map[string]float64{}
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			got[mf.GetName()] = mt.GetCounter().GetValue() + mt.GetGauge().GetValue()
+		}
+	}
+	if got["switchyard_tokenizer_cache_hits_total"] != 1 || got["switchyard_tokenizer_cache_misses_total"] != 2 || got["switchyard_tokenizer_cache_bytes"] <= 0 {
+		t.Errorf("cache metrics %v: want 1 hit, 2 misses, some bytes", got)
 	}
 }
