@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -24,6 +25,47 @@ type simAggregate struct {
 	GoodRequests  int      `json:"good_requests"`
 	PrefillLocal  int      `json:"prefill_local"`
 	PrefillRemote int      `json:"prefill_remote"`
+}
+
+// ttftMedians reads a report's records and returns the median TTFT, in
+// seconds, of the successful requests that found at least hit prompt
+// tokens cached and of the others, with their counts.
+func ttftMedians(t *testing.T, path string, hit int) (hitP50, missP50 float64, hits, misses int) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Runs []struct {
+			Records []struct {
+				Status int      `json:"status"`
+				TTFTS  *float64 `json:"ttft_s"`
+				Cached int      `json:"cached_tokens"`
+			} `json:"records"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	var h, m []float64
+	for _, r := range rep.Runs[0].Records {
+		switch {
+		case r.Status != 200 || r.TTFTS == nil:
+		case r.Cached >= hit:
+			h = append(h, *r.TTFTS)
+		default:
+			m = append(m, *r.TTFTS)
+		}
+	}
+	median := func(v []float64) float64 {
+		if len(v) == 0 {
+			return math.NaN()
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return median(h), median(m), len(h), len(m)
 }
 
 func readAggregate(t *testing.T, path string) simAggregate {
@@ -49,10 +91,10 @@ func readAggregate(t *testing.T, path string) simAggregate {
 // agreement runs one trace through bench against `up` and through
 // simulate with the same engine flags, checks the simulated report against
 // bench's schema, and returns both aggregates.
-func agreement(t *testing.T, engine, workload []string) (live, sim simAggregate) {
+func agreement(t *testing.T, engine, workload []string) (live, sim simAggregate, livePath, simPath string) {
 	t.Helper()
 	dir := t.TempDir()
-	livePath, simPath := filepath.Join(dir, "live.json"), filepath.Join(dir, "sim.json")
+	livePath, simPath = filepath.Join(dir, "live.json"), filepath.Join(dir, "sim.json")
 	url := up(t, engine...)
 	cmd := exec.Command(binary(t), append([]string{"bench", "trace", "--url", url, "--json", livePath}, workload...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -76,7 +118,7 @@ func agreement(t *testing.T, engine, workload []string) (live, sim simAggregate)
 		t.Errorf("requests/errors: sim %d/%d, live %d/%d: the same slice must fail the same way",
 			sim.Requests, sim.Errors, live.Requests, live.Errors)
 	}
-	return live, sim
+	return live, sim, livePath, simPath
 }
 
 func within(t *testing.T, what string, got, want, rel float64) {
@@ -88,17 +130,25 @@ func within(t *testing.T, what string, got, want, rel float64) {
 
 // TestSimulateAgreesWithLive replays the same traces through bench against
 // `up` and through `simulate`, with --speedup and --time-scale lining
-// virtual and wall time up (4× here: the engines see the traces' own
-// arrival rates), and checks that they agree. The margins are wider than
-// the README's 15% because the live side runs at 4× speed on two shared,
-// noisy cores with 150 requests, where a few requests move a percentile;
-// the README's validation uses 2× speed and up to 1,000 requests.
+// virtual and wall time up (the engines see the traces' own arrival
+// rates), and checks that they agree. The margins are wider than the
+// README's 15% because the live side runs faster than real time on two
+// shared, noisy cores with 150 requests, where a few requests move a
+// percentile; the README's validation uses 1× speed and up to 1,000
+// requests.
 func TestSimulateAgreesWithLive(t *testing.T) {
-	engine := []string{"--workers", "4", "--model", "llama-3.1-8b", "--gpu", "h100", "--speedup", "4"}
-	slo := []string{"--time-scale", "0.25", "--ttft-slo", "500ms", "--itl-slo", "25ms"}
+	engine := func(speedup string) []string {
+		return []string{"--workers", "4", "--model", "llama-3.1-8b", "--gpu", "h100", "--speedup", speedup}
+	}
 
 	t.Run("mooncake", func(t *testing.T) {
-		live, sim := agreement(t, engine, append([]string{"--trace", mooncakeTrace, "--format", "mooncake", "--max-requests", "150"}, slo...))
+		// 2×, not 4×: the Mooncake slice's 30k-40k-token prefills keep the
+		// live engines' cores busy, and at 4× on CI's loaded box they fell
+		// behind their schedule (switchyard_worker_pacing_lag_seconds):
+		// live TTFT p50 came in 22-45% above the simulation's, against
+		// 4-18% at 1× and 2× in the README's runs.
+		slo := []string{"--time-scale", "0.5", "--ttft-slo", "1s", "--itl-slo", "50ms"}
+		live, sim, _, _ := agreement(t, engine("2"), append([]string{"--trace", mooncakeTrace, "--format", "mooncake", "--max-requests", "150"}, slo...))
 		within(t, "TTFT p50", *sim.TTFTP50S, *live.TTFTP50S, 0.35)
 		// p99 of 150 requests is the second-slowest request: on CI's two
 		// busy cores one late timer moves it (a 20-40% swing was seen
@@ -106,9 +156,12 @@ func TestSimulateAgreesWithLive(t *testing.T) {
 		within(t, "TTFT p99", *sim.TTFTP99S, *live.TTFTP99S, 0.6)
 		within(t, "goodput", sim.GoodputRPS, live.GoodputRPS, 0.25)
 		// This slice's hit ratio rests on a handful of 10k-30k-token hits
-		// whose placement turns on early tie-breaks (live alone measured
-		// 0.036-0.075 over runs on a busy machine, and a 0.041 gap between
-		// live and simulated failed a 0.04 bound), so it is compared loosely
+		// whose placement turns on the load at their arrival (ties now
+		// break alike live and simulated, but the loads differ by the
+		// arrival order of near-simultaneous requests and by report
+		// timing; live alone measured 0.036-0.075 over runs on a busy
+		// machine, and a 0.041 gap between live and simulated failed a
+		// 0.04 bound), so it is compared loosely
 		// here: both must find reuse, and not wildly different amounts.
 		// The shared-prefix trace below compares hit ratios properly.
 		if sim.HitRatio <= 0 || live.HitRatio <= 0 || math.Abs(sim.HitRatio-live.HitRatio) > 0.06 {
@@ -138,17 +191,19 @@ func TestSimulateAgreesWithLive(t *testing.T) {
 		if err := os.WriteFile(trace, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		eng := append(engine, "--kv-blocks", "1200")
-		live, sim := agreement(t, eng, append([]string{"--trace", trace, "--format", "mooncake"}, slo...))
-		// Where kv puts a prefix turns on load at the moment of arrival, so
-		// the hit ratio is chaotic: measured 0.53-0.62 for live runs and for
-		// simulations with arrivals jittered by ±2%. Live is compared with
-		// the mean of three such simulations.
+		slo := []string{"--time-scale", "0.25", "--ttft-slo", "500ms", "--itl-slo", "25ms"}
+		eng := append(engine("4"), "--kv-blocks", "1200")
+		live, sim, livePath, simPath := agreement(t, eng, append([]string{"--trace", trace, "--format", "mooncake"}, slo...))
+		// Where kv puts a prefix turns on the load at the moment of
+		// arrival, so the hit ratio varies from run to run (0.52-0.62 live
+		// and simulated under the kv cost in blocks; 0.89 live and
+		// simulated under the cost in time). Live is compared with the
+		// mean of three simulations whose seeds scatter the workers'
+		// load-report phases, as live start times do.
 		hits := sim.HitRatio
-		for _, ts := range []string{"0.245", "0.255"} {
+		for _, seed := range []string{"2", "3"} {
 			p := filepath.Join(t.TempDir(), "sim.json")
-			args := append(append([]string{"simulate", "--json", p, "--trace", trace, "--format", "mooncake"}, eng...), slo...)
-			args = append(args, "--time-scale", ts) // the last --time-scale wins
+			args := append(append([]string{"simulate", "--json", p, "--trace", trace, "--format", "mooncake", "--seed", seed}, eng...), slo...)
 			if b, err := exec.Command(binary(t), args...).CombinedOutput(); err != nil {
 				t.Fatalf("simulate: %v\n%s", err, b)
 			}
@@ -156,17 +211,26 @@ func TestSimulateAgreesWithLive(t *testing.T) {
 		}
 		within(t, "hit ratio (mean of three simulations)", hits/3, live.HitRatio, 0.2)
 		within(t, "goodput", sim.GoodputRPS, live.GoodputRPS, 0.25)
-		// With nine blocks in ten cached, a prefill is a few engine
-		// milliseconds, and live TTFT is mostly what simulate does not
-		// model: HTTP, a 4,400-token JSON prompt, SSE, timer wake-ups
-		// (measured: live 43 ms p50 against 22 ms simulated, more when
-		// CI's cores are busy). On a quiet machine live can also come in
-		// under the simulation (seen: live 11.7 ms against 21.9 ms; why is
-		// not yet explained, and it is worth finding out). Only
-		// gross disagreement fails: live below a third of the simulated
-		// p50, or more than 100 ms above it.
-		if l, s := *live.TTFTP50S, *sim.TTFTP50S; l < s/3 || l > s+0.100 {
-			t.Errorf("TTFT p50: sim %.4f s, live %.4f s: want live between a third of sim and sim + 100 ms", s, l)
+		// TTFT here has two modes: a request that finds its 4,096-token
+		// prefix cached prefills 300 tokens (simulated ~6 ms), one that
+		// does not prefills 4,396 (~42 ms). When about half the requests
+		// hit, the p50 sits between the modes and flips with a few percent
+		// of hit ratio (live p50 once came in at 11.7 ms against 21.9 ms
+		// simulated: live had more hits, so its median fell in the fast
+		// mode). So each mode is compared on its own. Live adds what
+		// simulate does not model (HTTP, a 4,400-token JSON prompt, SSE,
+		// timer wake-ups on CI's busy cores: 5-30 ms measured), so live
+		// must lie between the simulated median and 100 ms above it.
+		sh, sm, _, _ := ttftMedians(t, simPath, 4096)
+		lh, lm, nh, nm := ttftMedians(t, livePath, 4096)
+		t.Logf("TTFT p50 of full-prefix hits: live %.4f s (%d), sim %.4f s; of the others: live %.4f s (%d), sim %.4f s", lh, nh, sh, lm, nm, sm)
+		for _, c := range []struct {
+			what       string
+			live, want float64
+		}{{"full-prefix hits", lh, sh}, {"misses", lm, sm}} {
+			if !(c.live >= 0.9*c.want && c.live <= c.want+0.100) {
+				t.Errorf("TTFT p50 of %s: live %.4f s, sim %.4f s: want live within [0.9 × sim, sim + 100 ms]", c.what, c.live, c.want)
+			}
 		}
 	})
 }
