@@ -22,6 +22,11 @@
 //     equally. Links are measured before the first request (live: probed
 //     when the pair registers) and the gate's estimator then learns from
 //     every transfer, as it does live.
+//   - Requests reach the router one at a time, in trace order, and each is
+//     counted in its worker's load as it is picked. A live frontend handles
+//     requests concurrently: on a busy host near-simultaneous ones reach
+//     the router out of order, or before an earlier pick's load is counted
+//     (the README's validation against live traces both).
 //   - Frontend and HTTP overheads are zero; requests never time out; a
 //     request the engine refuses (longer than the KV cache or the context)
 //     counts as an error, as the live worker's HTTP 400 does.
