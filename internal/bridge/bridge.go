@@ -83,7 +83,8 @@ type Config struct {
 	KVXferServerTLS *tls.Config // nil: plain TCP
 	KVXferClientTLS *tls.Config // a decode bridge dials prefill bridges with it
 	// WorkerKey is the bearer token POST /kvxfer/probe requires, and the
-	// kvxfer probe key; "" admits loopback clients only.
+	// kvxfer probe key; "" admits loopback clients only. It is also sent
+	// on GET /v1/models to the engine, which the frontend reaches with it.
 	WorkerKey string
 	// Profile is the engine's timing profile (perfmodel.NewProfile from
 	// GPU and model presets), registered so the gate can predict its

@@ -50,6 +50,11 @@ func (b *Bridge) discover(ctx context.Context) (model string, maxLen int, err er
 
 func (b *Bridge) models(ctx context.Context) (string, int, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.EngineURL+"/v1/models", nil)
+	if b.cfg.WorkerKey != "" {
+		// The frontend presents the worker key on the engine's /v1, so an
+		// engine started with --api-key set to it admits the two of us.
+		req.Header.Set("Authorization", "Bearer "+b.cfg.WorkerKey)
+	}
 	resp, err := b.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return "", 0, err

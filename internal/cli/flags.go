@@ -108,7 +108,7 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.DurationVar(&c.ITLSLO, "itl-slo", 100*time.Millisecond, "inter-token latency target (disaggregation gate)")
 	fs.StringVar(&c.APIKey, "api-key", "", "require this bearer token on /v1/* (default: $"+envAPIKey+"; prefer the variable: a flag shows in ps)")
 	fs.StringVar(&c.AdminKey, "admin-key", "", "bearer token for /admin/* and /health's worker addresses (default: $"+envAdminKey+"; without one, admin is loopback-only: the API key never grants it)")
-	fs.StringVar(&c.WorkerKey, "worker-key", "", "bearer token sent to workers' admin and probe endpoints; must match the workers' --worker-key (default: $"+envWorkerKey+")")
+	fs.StringVar(&c.WorkerKey, "worker-key", "", "bearer token sent on every call to workers (/v1, admin and probe endpoints); must match the workers' --worker-key (default: $"+envWorkerKey+")")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", 60*time.Second, "longest wait for a worker's first byte (streaming), or for a non-streaming answer from a worker that fails a liveness check; a timeout is never retried and ejects the worker")
 	fs.DurationVar(&c.ClientHeaderTimeout, "client-header-timeout", 10*time.Second, "longest a client may take to send its request headers")
 	fs.DurationVar(&c.ClientReadTimeout, "client-read-timeout", 30*time.Second, "longest a client may take to send its request body (408 after)")
@@ -142,8 +142,8 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 const (
 	envAPIKey   = "SWITCHYARD_API_KEY"
 	envAdminKey = "SWITCHYARD_ADMIN_KEY"
-	// envWorkerKey guards workers' admin and probe endpoints; the frontend
-	// sends it.
+	// envWorkerKey guards workers' /v1, admin and probe endpoints; the
+	// frontend sends it.
 	envWorkerKey = "SWITCHYARD_WORKER_KEY"
 )
 

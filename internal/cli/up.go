@@ -140,7 +140,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	}
 	if u.frontend.WorkerKey == "" {
 		// The frontend and the workers live in this process: a key made
-		// now guards the workers' admin and probe endpoints with nothing
+		// now guards the workers' /v1, admin and probe endpoints with nothing
 		// for the operator to set.
 		if u.frontend.WorkerKey, err = randomKey(); err != nil {
 			return fail(ExitFail, err)
@@ -326,6 +326,7 @@ func startBridged(ctx context.Context, wc node.WorkerConfig, bc bridge.Config) (
 	bc.EngineURL, bc.KVEvents, bc.KVReplay = w.URL(), w.Wire().Endpoint(), w.Wire().ReplayEndpoint()
 	bc.BlockSize, bc.NC, bc.HTTPAddr = wc.Sim.BlockSize, nc, "127.0.0.1:0"
 	bc.RegistryNoCreate = wc.RegistryNoCreate
+	bc.WorkerKey = wc.WorkerKey // the engine's /v1 wants it, as the frontend's calls do
 	bc.KVBytesPerToken = w.Info().KVBytesPerToken
 	b, err := bridge.Start(ctx, bc)
 	if err != nil {

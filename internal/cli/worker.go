@@ -68,7 +68,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.BoolVar(&f.wireOld, "kv-replay-legacy", false, "sim with --kv-events-wire vllm: answer replay in the pre-0.26 layout [\"\", seq, payload]")
 	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port); vllm/sglang: serve link probes here so the frontend can measure this host's link to decode engines")
 	tlsFlags(fs, &f.tls)
-	fs.StringVar(&f.node.WorkerKey, "worker-key", "", "require this bearer token on POST /reset_prefix_cache and /kvxfer/probe (default: $"+envWorkerKey+"; without one they admit loopback clients only)")
+	fs.StringVar(&f.node.WorkerKey, "worker-key", "", "require this bearer token on /v1/*, POST /reset_prefix_cache and /kvxfer/probe (default: $"+envWorkerKey+"; without one /v1 is open and the others admit loopback clients only)")
 	fs.StringVar(&f.linkRate, "link-rate", "", "prefill role: emulate the link to decode workers at this rate, e.g. 1gbit (in-process token bucket)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {

@@ -76,10 +76,7 @@ func (s *Server) resetCache(ctx context.Context, wk Worker) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", wk.ID, err)
 	}
-	if s.cfg.WorkerKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.cfg.WorkerKey)
-	}
-	resp, err := s.client.Do(req)
+	resp, err := s.client.Do(req) // with the worker key (workerAuth)
 	if err != nil {
 		return fmt.Errorf("%s: %w", wk.ID, err)
 	}

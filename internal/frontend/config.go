@@ -23,8 +23,8 @@ type Config struct {
 
 	APIKey   string // if set, /v1/* requires it as a bearer token
 	AdminKey string // admin bearer token; see the package doc for fallbacks
-	// WorkerKey is sent as a bearer token on the calls the frontend makes
-	// to workers' admin endpoints (POST /reset_prefix_cache).
+	// WorkerKey is sent as a bearer token on every call the frontend makes
+	// to workers: /v1 requests and admin endpoints (POST /reset_prefix_cache).
 	WorkerKey string
 
 	MaxBodyBytes int64 // request body limit; default 8 MiB

@@ -129,6 +129,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		DisableCompression:  true, // relay bytes as the worker wrote them
 	}
 	s.client = &http.Client{Transport: s.transport}
+	if cfg.WorkerKey != "" {
+		s.client.Transport = workerAuth{key: "Bearer " + cfg.WorkerKey, next: s.transport}
+	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCompletion(endpointChat))
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion(endpointCompletions))
@@ -336,3 +339,18 @@ func (w *statusWriter) Flush() {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// workerAuth presents the worker key on every request the frontend sends to a
+// worker (completions, prefills, liveness checks, cache resets), so a
+// keyed worker admits the frontend and no one else. It clones a request
+// only to add the header, as a RoundTripper may not change its input.
+type workerAuth struct {
+	key  string // "Bearer <worker key>"
+	next http.RoundTripper
+}
+
+func (b workerAuth) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.key)
+	return b.next.RoundTrip(r)
+}

@@ -88,7 +88,7 @@ func TestDecodeWorkerDialsOnlyRegisteredPrefill(t *testing.T) {
 
 	body := fmt.Sprintf(`{"prompt":%q,"max_tokens":2,"kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"p1","remote_host":%q,"remote_port":%s,"lease":"00112233445566778899aabbccddeeff"}}`,
 		prompt(200, 1), host, port)
-	if code, b := post(t, dec.URL()+"/v1/completions", body); code != 200 {
+	if code, b := post(t, dec.URL()+"/v1/completions", body, "Authorization", "Bearer wk"); code != 200 {
 		t.Errorf("request with a foreign remote_host: status %d, want 200 (prefill recomputed locally): %s", code, b)
 	}
 	code, b := post(t, dec.URL()+"/kvxfer/probe", fmt.Sprintf(`{"engine_id":"p1","addr":%q,"bytes":1048576}`, tr.ln.Addr().String()), "Authorization", "Bearer wk")
@@ -114,8 +114,9 @@ func TestDecodeWorkerDialsOnlyRegisteredPrefill(t *testing.T) {
 	}
 }
 
-// TestWorkerKeyGuardsAdminEndpoints checks /reset_prefix_cache and
-// /kvxfer/probe need the worker key, and without one admit loopback only.
+// TestWorkerKeyGuardsAdminEndpoints checks /v1/*, /reset_prefix_cache and
+// /kvxfer/probe need the worker key; without one the admin endpoints admit
+// loopback only (and /v1 is open: TestWorkerWithoutKeyServesV1).
 func TestWorkerKeyGuardsAdminEndpoints(t *testing.T) {
 	ctx := context.Background()
 	w, err := StartWorker(ctx, WorkerConfig{Sim: sim.Config{ID: "w1", Speedup: 50}, HTTPAddr: "127.0.0.1:0",
@@ -133,7 +134,9 @@ func TestWorkerKeyGuardsAdminEndpoints(t *testing.T) {
 		{"reset with key", "/reset_prefix_cache", "Bearer wk", 200},
 		{"reset lower-case scheme", "/reset_prefix_cache", "bearer wk", 200},
 		{"probe without key", "/kvxfer/probe", "", 401},
-		{"completions stay open", "/v1/completions", "", 200},
+		{"completions without key", "/v1/completions", "", 401},
+		{"completions wrong key", "/v1/completions", "Bearer nope", 401},
+		{"completions with key", "/v1/completions", "Bearer wk", 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -187,6 +190,25 @@ func TestFrontendSendsWorkerKey(t *testing.T) {
 	}
 	if code, b := post(t, fe.URL()+"/admin/links/probe", `{"from":"p1","to":"d1","bytes":1048576}`, "Authorization", "Bearer adm"); code != 200 {
 		t.Errorf("link probe through the frontend: %d %s", code, b)
+	}
+	// Completions reach the keyed workers only because the frontend
+	// presents the key; the client's own headers carry none.
+	if code, b := post(t, fe.URL()+"/v1/completions", `{"model":"qwen3-0.6b","prompt":"hello","max_tokens":2}`); code != 200 {
+		t.Errorf("completion through the frontend to keyed workers: %d %s", code, b)
+	}
+}
+
+// TestWorkerWithoutKeyServesV1 checks a worker without a key keeps /v1
+// open, as a single-host deployment expects.
+func TestWorkerWithoutKeyServesV1(t *testing.T) {
+	w, err := StartWorker(context.Background(), WorkerConfig{Sim: sim.Config{ID: "w1", Speedup: 50}, HTTPAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if code, b := post(t, w.URL()+"/v1/completions", `{"prompt":"hello","max_tokens":1}`); code != 200 {
+		t.Errorf("completion on a worker without a key: %d %s", code, b)
 	}
 }
 

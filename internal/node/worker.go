@@ -55,9 +55,10 @@ type WorkerConfig struct {
 	// an in-process emulation of the prefill → decode link.
 	LinkRate linkemu.Rate
 
-	// WorkerKey, when set, is the bearer token the worker's admin and probe
-	// endpoints (POST /reset_prefix_cache, POST /kvxfer/probe) require;
-	// without one they admit loopback clients only. The frontend sends it.
+	// WorkerKey, when set, is the bearer token the worker's /v1/* and its
+	// admin and probe endpoints (POST /reset_prefix_cache, POST
+	// /kvxfer/probe) require; without one /v1/* is open and the others
+	// admit loopback clients only. The frontend sends it.
 	WorkerKey string
 
 	Logger *slog.Logger
@@ -193,6 +194,11 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 	mux.HandleFunc("POST /kvxfer/probe", w.probe.Handler())
 	mux.Handle("POST /reset_prefix_cache", w.keyed(simHandler.ServeHTTP))
 	mux.Handle("/", simHandler)
+	if cfg.WorkerKey != "" {
+		// The frontend → worker hop: only the frontend, which holds the
+		// key, may send requests. Without a key /v1 stays open (one host).
+		mux.Handle("/v1/", w.keyed(simHandler.ServeHTTP))
+	}
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
