@@ -3,6 +3,8 @@ package bridge
 import (
 	"math"
 	"math/bits"
+
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
 )
 
 // table maps engine block hashes to Switchyard hashes. It is 256 shards
@@ -42,22 +44,13 @@ type shard struct {
 
 type slot struct{ k, v uint64 }
 
-// mix is splitmix64's finaliser: it spreads engine hashes that differ
-// little. Its top bits pick the shard, the rest the slot.
-func mix(k uint64) uint64 {
-	k ^= k >> 30
-	k *= 0xbf58476d1ce4e5b9
-	k ^= k >> 27
-	k *= 0x94d049bb133111eb
-	k ^= k >> 31
-	return k
-}
-
-func (t *table) shard(k uint64) *shard { return &t.shards[mix(k)>>(64-shardBits)] }
+// shard picks k's shard by the top bits of its mix (the rest pick the slot):
+// engine hashes that differ little still spread.
+func (t *table) shard(k uint64) *shard { return &t.shards[kvindex.Mix(k)>>(64-shardBits)] }
 
 // home is k's first slot in s.
 func (s *shard) home(k uint64) int {
-	hi, _ := bits.Mul64(mix(k)<<shardBits, uint64(len(s.slots)))
+	hi, _ := bits.Mul64(kvindex.Mix(k)<<shardBits, uint64(len(s.slots)))
 	return int(hi)
 }
 

@@ -34,7 +34,7 @@ const (
 func synthChain(dst []uint64, c int) []uint64 {
 	dst = dst[:0]
 	for i := 0; i < bigChainLen; i++ {
-		dst = append(dst, mix(uint64(c)<<20|uint64(i)+0x1234567))
+		dst = append(dst, Mix(uint64(c)<<20|uint64(i)+0x1234567))
 	}
 	return dst
 }
@@ -178,7 +178,7 @@ func BenchmarkStore(b *testing.B) {
 	cpu0 := threadCPU()
 	for b.Loop() {
 		for j := range ev {
-			ev[j] = mix(uint64(n*64 + j))
+			ev[j] = Mix(uint64(n*64 + j))
 		}
 		x.Store(names[n%bigWorkers], ev)
 		n++
@@ -223,7 +223,7 @@ func BenchmarkStoreParallel(b *testing.B) {
 								return
 							}
 							for j := range ev {
-								ev[j] = mix(uint64(base) + uint64(j))
+								ev[j] = Mix(uint64(base) + uint64(j))
 							}
 							t0 := time.Now()
 							x.Store(name, ev)
@@ -281,7 +281,7 @@ func BenchmarkStoreSteady(b *testing.B) {
 	event := func(dst []uint64, n int) []uint64 {
 		dst = dst[:0]
 		for j := 0; j < evLen; j++ {
-			dst = append(dst, mix(uint64(n*evLen+j)^0x5eed))
+			dst = append(dst, Mix(uint64(n*evLen+j)^0x5eed))
 		}
 		return dst
 	}

@@ -24,7 +24,7 @@ func Root(salt string) BlockHash {
 		h ^= uint64(salt[i])
 		h *= 1099511628211
 	}
-	return mix(h ^ 0x5a17)
+	return Mix(h ^ 0x5a17)
 }
 
 // HashBlock returns the hash of one full block given its parent's hash.
@@ -36,13 +36,13 @@ func HashBlock(parent BlockHash, tokens []uint32) BlockHash {
 	i := 0
 	for ; i+1 < len(tokens); i += 2 {
 		v := uint64(tokens[i]) | uint64(tokens[i+1])<<32
-		h = (h ^ mix(v)) * 0xbf58476d1ce4e5b9
+		h = (h ^ Mix(v)) * 0xbf58476d1ce4e5b9
 		h ^= h >> 29
 	}
 	if i < len(tokens) {
-		h = (h ^ mix(uint64(tokens[i])|1<<63)) * 0xbf58476d1ce4e5b9
+		h = (h ^ Mix(uint64(tokens[i])|1<<63)) * 0xbf58476d1ce4e5b9
 	}
-	return mix(h)
+	return Mix(h)
 }
 
 // HashChain appends to dst the hashes of every full block of tokens, chained
@@ -56,8 +56,10 @@ func HashChain(dst []BlockHash, salt string, tokens []uint32, blockSize int) []B
 	return dst
 }
 
-// mix is the splitmix64 finaliser.
-func mix(x uint64) uint64 {
+// Mix is the splitmix64 finaliser: it scatters values that differ little.
+// Block hashes are built on it; the router's tie rank, the simulator's
+// ticker phases and the bridge's hash table use it too.
+func Mix(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

@@ -109,7 +109,7 @@ func TestProbeOnReplacedTable(t *testing.T) {
 		t.Fatalf("probeOn before the grow = %#x, want a one-holder head", got)
 	}
 	for i := range 64 { // grow the table
-		x.Store("a", []uint64{mix(uint64(i) + 99)})
+		x.Store("a", []uint64{Mix(uint64(i) + 99)})
 	}
 	if s.tab.Load().lineOf(k) == l {
 		t.Fatal("the table did not grow")

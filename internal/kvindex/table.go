@@ -144,7 +144,7 @@ func slotKey(h uint64) uint64 {
 // more bits of random hashes do, the odds of any hash collision.
 func contKey(k uint64, s int, topMask uint64) uint64 {
 	field := ^topMask &^ (1<<32 - 1) // New caps shards at 4096, so field spans bits 32–51 at least
-	g := (mix(k) | 1<<46) & field
+	g := (Mix(k) | 1<<46) & field
 	d := k ^ (g ^ uint64(s)<<32)
 	if d == 0 {
 		d = 1

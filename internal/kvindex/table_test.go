@@ -12,7 +12,7 @@ func TestContKey(t *testing.T) {
 	topMask := uint64(0x3f) << 58 // 64 shards
 	tab := newTable(1 << 16)
 	for i := 0; i < 2000; i++ {
-		k := slotKey(mix(uint64(i)))
+		k := slotKey(Mix(uint64(i)))
 		seen := map[uint64]int{k: 0}
 		for s := 1; s < 64; s++ {
 			c := contKey(k, s, topMask)

@@ -178,17 +178,7 @@ func idHash(id string) uint64 {
 	}
 	// FNV's low bits mix poorly: a plain sum of them would make distinct
 	// sets collide easily, and a tie rank would favour some IDs.
-	return mix64(h)
-}
-
-// mix64 is the splitmix64 finaliser.
-func mix64(h uint64) uint64 {
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
+	return kvindex.Mix(h)
 }
 
 // tieRank orders candidates that kv or least-loaded cannot tell apart
@@ -200,7 +190,7 @@ func mix64(h uint64) uint64 {
 // therefore break the same tie the same way, and so do two replicas handed
 // the same new prompt at once. Distinct prompts spread over the workers as
 // evenly as random choice would.
-func tieRank(chain uint64, w *Worker) uint64 { return mix64(chain ^ idHash(w.ID)) }
+func tieRank(chain uint64, w *Worker) uint64 { return kvindex.Mix(chain ^ idHash(w.ID)) }
 
 // RoundRobin rotates over each candidate set: the n-th pick from a set
 // (counted across all goroutines) takes candidate n mod len(workers).

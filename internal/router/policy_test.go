@@ -113,7 +113,7 @@ func TestFullTiesRank(t *testing.T) {
 			got := map[string]int{}
 			const n = 4000
 			for i := range n {
-				req := &Request{Hashes: []uint64{7, mix64(uint64(i))}}
+				req := &Request{Hashes: []uint64{7, kvindex.Mix(uint64(i))}}
 				d, _ := a.Pick(req, workers, fixedOv{0, 0, 0, 0})
 				got[d.Worker]++
 				for k := range 3 { // later picks, another replica, another order

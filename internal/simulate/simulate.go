@@ -338,7 +338,7 @@ func newSimulator(cfg Config) (*simulator, error) {
 		// Live workers start their reporters as they come up: the phases
 		// are scattered, here by the seed.
 		every := time.Duration(float64(reportEvery) * cfg.Speedup)
-		ph := time.Duration(mix(uint64(cfg.Seed)^uint64(len(s.workers))<<32) % uint64(every))
+		ph := time.Duration(kvindex.Mix(uint64(cfg.Seed)^uint64(len(s.workers))<<32) % uint64(every))
 		w := &worker{idx: len(s.workers), id: id, role: role, phase: ph}
 		ec := cfg.Engine
 		ec.ID, ec.Role = id, role
@@ -850,15 +850,4 @@ func (s *simulator) report() *bench.Report {
 	rep.Runs[0] = run
 	rep.Simulation = sm
 	return rep
-}
-
-// mix is the splitmix64 finaliser: a seed and an index to a scattered
-// value.
-func mix(h uint64) uint64 {
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
 }
