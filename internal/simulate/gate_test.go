@@ -1,7 +1,6 @@
 package simulate
 
 import (
-	"context"
 	"slices"
 	"testing"
 
@@ -62,16 +61,7 @@ func TestGatePredictsLocalQueue(t *testing.T) {
 // the others, counted the sharing twice.
 func TestGateLinkEstimateAtLineRate(t *testing.T) {
 	c := busy70b(t, 300, linkemu.Rate(25e9/8), gate.ModeAuto)
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := newSimulator(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := runSimulator(t, &c)
 	want := c.LinkRate.TCPGoodput().BytesPerSecond()
 	for _, e := range s.gate.Links().Snapshot() {
 		if e.Samples < 20 {

@@ -22,16 +22,7 @@ func TestIndexMirrorsCaches(t *testing.T) {
 	c.Workers = 4
 	c.Engine.KVBlocks = 1500
 	c.Engine.KVOffloadGiB = 2
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	s, err := newSimulator(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s := runSimulator(t, &c)
 	for _, w := range s.workers {
 		got := s.index.WorkerTierBlocks(w.id)
 		l := w.core.Load()
@@ -44,4 +35,21 @@ func TestIndexMirrorsCaches(t *testing.T) {
 			t.Errorf("%s caches %d of %d GPU blocks: the run did not fill its cache, so nothing was evicted", w.id, l.TierBlocks[0], c.Engine.KVBlocks)
 		}
 	}
+}
+
+// runSimulator validates c, runs it to the end and returns the simulator, for
+// tests that inspect its state after the run.
+func runSimulator(t *testing.T, c *Config) *simulator {
+	t.Helper()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newSimulator(*c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
