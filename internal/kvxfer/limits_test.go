@@ -165,9 +165,11 @@ func TestConnectionCap(t *testing.T) {
 	}
 }
 
+// isReset reports whether err is the peer closing the connection (a reset
+// rather than a clean EOF); a timeout is not.
 func isReset(err error) bool {
 	var ne *net.OpError
-	return errors.As(err, &ne)
+	return errors.As(err, &ne) && !ne.Timeout()
 }
 
 // TestAutoTLS checks the in-memory mTLS pair: its client pulls from its

@@ -260,8 +260,11 @@ func (s *Server) acceptLoop(ln net.Listener) {
 		}
 		if len(s.conns) >= s.cfg.MaxConns {
 			s.mu.Unlock()
+			// Count before closing: a peer that sees the close must find
+			// it counted in ConnsRefused.
+			n := s.overCap.Add(1)
 			c.Close()
-			if n := s.overCap.Add(1); n&(n-1) == 0 { // log at 1, 2, 4, 8, ... refusals
+			if n&(n-1) == 0 { // log at 1, 2, 4, 8, ... refusals
 				s.cfg.Logger.Warn("kvxfer: connection limit reached; closing new connections", "max_conns", s.cfg.MaxConns, "refused_total", n)
 			}
 			continue
