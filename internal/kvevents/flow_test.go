@@ -227,6 +227,11 @@ func TestMetrics(t *testing.T) {
 	}
 	c.SetExpected("off", false)
 	w := startWorker(t, dial(t, srv.ClientURL()), "w1", 100*time.Millisecond, 1)
+	// The consumer subscribes in Run, racing the worker's first publish. Let
+	// it sync first (from seq 1 or a snapshot), so the step below reaches it
+	// as an event: blocks_total counts blocks in applied events, not in
+	// snapshots, and a step caught in the first snapshot would leave it at 0.
+	inSync(t, c, idx, "w1", w.eng)
 	w.eng.step(4)
 	inSync(t, c, idx, "w1", w.eng)
 
