@@ -62,6 +62,7 @@ type Config struct {
 	TracePath   string
 	TraceFormat string  // FormatMooncake or FormatAzure; "": InferTraceFormat
 	TimeScale   float64 // multiplies the trace's timestamps (0.5 = twice as fast)
+	Skip        int     // trace requests dropped before MaxRequests applies (SliceTrace)
 	MaxRequests int     // 0: the whole trace
 	// LongShare of the trace's requests (chosen deterministically from
 	// Seed) get LongTokens input tokens instead of the trace's length, to
@@ -187,6 +188,9 @@ func (c *Config) Validate() error {
 	if c.LongShare > 0 && c.Scenario != ScenarioTrace {
 		bad("--long-share is for the trace scenario")
 	}
+	if c.Skip != 0 && c.Scenario != ScenarioTrace {
+		bad("--skip is for the trace scenario")
+	}
 	switch c.Scenario {
 	case ScenarioRouting, ScenarioSelftest:
 		if c.Requests < 1 {
@@ -237,6 +241,9 @@ func (c *Config) Validate() error {
 		}
 		if c.MaxRequests < 0 {
 			bad("--max-requests %d: want >= 0 (0 = whole trace)", c.MaxRequests)
+		}
+		if c.Skip < 0 {
+			bad("--skip %d: want >= 0 (0 = from the trace's start)", c.Skip)
 		}
 	}
 	if c.Warmup < 0 {

@@ -76,6 +76,7 @@ type Settings struct {
 	Trace        string   `json:"trace,omitempty"`
 	TraceFormat  string   `json:"trace_format,omitempty"`
 	TimeScale    float64  `json:"time_scale,omitempty"`
+	Skip         int      `json:"skip,omitempty"` // trace requests skipped before the slice
 	MaxRequests  int      `json:"max_requests,omitempty"`
 	MaxTokens    int      `json:"max_tokens,omitempty"`
 	Concurrency  int      `json:"concurrency"`
@@ -401,6 +402,7 @@ func settingsOf(cfg Config, plan Plan) Settings {
 		s.PromptTokens, s.Repeats = cfg.PromptTokens, cfg.Repeats
 	case ScenarioTrace:
 		s.Trace, s.TraceFormat, s.TimeScale, s.MaxRequests = cfg.TracePath, cfg.TraceFormat, cfg.TimeScale, cfg.MaxRequests
+		s.Skip = cfg.Skip
 		s.LongShare, s.LongTokens = cfg.LongShare, cfg.LongTokens
 		s.LoadEstimate = cfg.LoadEstimate
 		s.MaxTokens = 0 // from the trace

@@ -57,6 +57,48 @@ func ReadTrace(path, format string) ([]TraceRequest, error) {
 	return nil, fmt.Errorf("bench: trace format %q: use mooncake or azure", format)
 }
 
+// ReadTraceSlice reads a trace file and returns the slice SliceTrace cuts
+// from it: what every command that replays a trace (bench trace, simulate,
+// ceiling) runs on.
+func ReadTraceSlice(path, format string, skip, maxRequests int) ([]TraceRequest, error) {
+	reqs, err := ReadTrace(path, format)
+	if err != nil {
+		return nil, err
+	}
+	return SliceTrace(reqs, skip, maxRequests)
+}
+
+// SliceTrace drops the first skip requests of reqs, keeps at most
+// maxRequests of the rest (0: all) and rebases their arrivals so that the
+// slice's first request arrives at 0. A trace's early requests can share
+// little (the synthetic Mooncake trace's first 1,000 reuse almost no
+// prefix), so a slice further in is a workload whose hit ratio rests on
+// many requests. reqs is not modified.
+func SliceTrace(reqs []TraceRequest, skip, maxRequests int) ([]TraceRequest, error) {
+	switch {
+	case skip < 0:
+		return nil, fmt.Errorf("bench: --skip %d: want >= 0 (0 = from the trace's start)", skip)
+	case maxRequests < 0:
+		return nil, fmt.Errorf("bench: --max-requests %d: want >= 0 (0 = to the trace's end)", maxRequests)
+	case skip >= len(reqs):
+		return nil, fmt.Errorf("bench: --skip %d: the trace has only %d requests; skip fewer", skip, len(reqs))
+	}
+	reqs = reqs[skip:]
+	if maxRequests > 0 && len(reqs) > maxRequests {
+		reqs = reqs[:maxRequests]
+	}
+	if skip == 0 {
+		return reqs, nil
+	}
+	out := make([]TraceRequest, len(reqs))
+	t0 := reqs[0].At
+	for i, r := range reqs {
+		out[i] = r
+		out[i].At -= t0
+	}
+	return out, nil
+}
+
 type mooncakeLine struct {
 	Timestamp    *float64 `json:"timestamp"`
 	InputLength  *int     `json:"input_length"`

@@ -150,3 +150,91 @@ func FuzzReadAzure(f *testing.F) {
 		checkTrace(t, reqs, false)
 	})
 }
+
+func TestSliceTrace(t *testing.T) {
+	reqs := []TraceRequest{{At: 0, InputTokens: 1}, {At: 5 * time.Second, InputTokens: 2},
+		{At: 7 * time.Second, InputTokens: 3}, {At: 12 * time.Second, InputTokens: 4}}
+	tests := []struct {
+		name        string
+		skip, max   int
+		wantTokens  []int
+		wantAt      []time.Duration
+		wantErrPart string
+	}{
+		{"whole", 0, 0, []int{1, 2, 3, 4}, []time.Duration{0, 5 * time.Second, 7 * time.Second, 12 * time.Second}, ""},
+		{"max only", 0, 2, []int{1, 2}, []time.Duration{0, 5 * time.Second}, ""},
+		{"skip rebases arrivals", 1, 2, []int{2, 3}, []time.Duration{0, 2 * time.Second}, ""},
+		{"skip to the end", 2, 0, []int{3, 4}, []time.Duration{0, 5 * time.Second}, ""},
+		{"max beyond the end", 3, 10, []int{4}, []time.Duration{0}, ""},
+		{"skip past the end", 4, 0, nil, nil, "--skip 4: the trace has only 4 requests"},
+		{"negative skip", -1, 0, nil, nil, "--skip -1: want >= 0"},
+		{"negative max", 0, -2, nil, nil, "--max-requests -2: want >= 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := SliceTrace(reqs, tt.skip, tt.max)
+			if tt.wantErrPart != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErrPart) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErrPart)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.wantTokens) {
+				t.Fatalf("got %d requests, want %d", len(got), len(tt.wantTokens))
+			}
+			for i := range got {
+				if got[i].InputTokens != tt.wantTokens[i] || got[i].At != tt.wantAt[i] {
+					t.Errorf("request %d = (%d tokens at %v), want (%d at %v)", i, got[i].InputTokens, got[i].At, tt.wantTokens[i], tt.wantAt[i])
+				}
+			}
+		})
+	}
+	if reqs[1].At != 5*time.Second {
+		t.Errorf("SliceTrace rebased the caller's slice: request 1 at %v", reqs[1].At)
+	}
+}
+
+// TestTracePlanSkip: bench trace's plan and the report's settings carry
+// --skip, through the same slice simulate reads.
+func TestTracePlanSkip(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Scenario, cfg.TracePath, cfg.Skip, cfg.MaxRequests = ScenarioTrace, mooncakePath, 3000, 5
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := BuildPlan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := ReadTraceSlice(mooncakePath, FormatMooncake, 3000, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := ReadTrace(mooncakePath, FormatMooncake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 5 || p.Items[0].At != 0 {
+		t.Fatalf("plan: %d items, first at %v; want 5 from 0", len(p.Items), p.Items[0].At)
+	}
+	for i, it := range p.Items {
+		if it.InputTokens != all[3000+i].InputTokens || it.At != reqs[i].At || it.At != all[3000+i].At-all[3000].At {
+			t.Errorf("item %d: %d tokens at %v; want trace request %d (%d tokens at %v)", i, it.InputTokens, it.At, 3000+i, all[3000+i].InputTokens, all[3000+i].At-all[3000].At)
+		}
+	}
+	if s := settingsOf(cfg, p); s.Skip != 3000 || s.MaxRequests != 5 {
+		t.Errorf("settings skip %d, max_requests %d; want 3000, 5", s.Skip, s.MaxRequests)
+	}
+	cfg.Skip = 4000
+	if _, err := BuildPlan(cfg); err == nil || !strings.Contains(err.Error(), "only 3993 requests") {
+		t.Errorf("skip past the end: err = %v, want one naming the trace's 3993 requests", err)
+	}
+	cfg = DefaultConfig()
+	cfg.Scenario, cfg.Skip = ScenarioRouting, 5
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--skip is for the trace scenario") {
+		t.Errorf("routing --skip: err = %v", err)
+	}
+}

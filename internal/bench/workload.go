@@ -82,12 +82,9 @@ func BuildPlan(cfg Config) (Plan, error) {
 		}
 		p.Concurrency = 1 // one at a time: each TTFT is the gate's decision alone
 	case ScenarioTrace:
-		reqs, err := ReadTrace(cfg.TracePath, cfg.TraceFormat)
+		reqs, err := ReadTraceSlice(cfg.TracePath, cfg.TraceFormat, cfg.Skip, cfg.MaxRequests)
 		if err != nil {
 			return Plan{}, err
-		}
-		if cfg.MaxRequests > 0 && len(reqs) > cfg.MaxRequests {
-			reqs = reqs[:cfg.MaxRequests]
 		}
 		p.Items = TraceItems(reqs, cfg.TimeScale)
 		if cfg.LongShare > 0 {

@@ -26,7 +26,8 @@ func runCeiling(_ context.Context, args []string, env Env) int {
 	var cfg sim.Config
 	engineFlags(fs, &cfg)
 	trace := fs.String("trace", "", "Mooncake trace file (required)")
-	maxReq := fs.Int("max-requests", 0, "use the first N requests (0 = all)")
+	skip := fs.Int("skip", 0, "skip the trace's first N requests")
+	maxReq := fs.Int("max-requests", 0, "use the first N requests after --skip (0 = all)")
 	workers := fs.Int("workers", 4, "workers whose caches add up to the capacity")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return code
@@ -38,20 +39,17 @@ func runCeiling(_ context.Context, args []string, env Env) int {
 	if *trace == "" {
 		return bad("--trace: a Mooncake trace file is required, e.g. --trace shared/data/traces/mooncake_synthetic_trace.jsonl")
 	}
-	if *workers < 1 || *maxReq < 0 {
-		return bad("--workers must be >= 1 and --max-requests >= 0")
+	if *workers < 1 || *maxReq < 0 || *skip < 0 {
+		return bad("--workers must be >= 1, --skip and --max-requests >= 0")
 	}
 	core, err := sim.NewCore(cfg, false)
 	if err != nil {
 		return bad("%v", err)
 	}
-	reqs, err := bench.ReadTrace(*trace, bench.FormatMooncake)
+	reqs, err := bench.ReadTraceSlice(*trace, bench.FormatMooncake, *skip, *maxReq)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard ceiling: %v\n", err)
 		return ExitFail
-	}
-	if *maxReq > 0 && len(reqs) > *maxReq {
-		reqs = reqs[:*maxReq]
 	}
 	bs := core.BlockSize()
 	p := core.Profile()

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,7 +30,16 @@ engine scheduler in virtual time, and prints the same report as bench, plus cost
 
 --sweep takes dimensions KEY=V1,V2,... (keys: workers, prefill-workers, router,
 disagg, link, gpu, model, tp); it runs the cross product and ranks it by goodput
-per GPU, recommended configuration first.`
+per GPU, recommended configuration first.
+
+--compare LIVE.json sets a bench trace --json report of the same slice against
+the simulation: TTFT p50 and p99, hit ratio, goodput (and the prefill local/remote
+split when disaggregated), each with live's distance from the simulation, cells
+beyond --compare-tolerance marked. --seeds 1-5 compares with the mean of five
+simulations. A live report of another slice, SLO or cluster shape is refused.
+
+  switchyard simulate --trace FILE --skip 3000 --max-requests 400 --workers 4 --router kv \
+    --model llama-3.1-8b --gpu h100 --compare live.json --seeds 1-5`
 
 type simulateCmd struct {
 	cfg        simulate.Config
@@ -40,6 +51,9 @@ type simulateCmd struct {
 	longTokens int
 	sweep      []sweepDim
 	minGood    float64
+	compare    string  // live report to compare with
+	tolerance  float64 // relative
+	seeds      []int64 // with compare: one simulation per seed
 }
 
 func parseSimulate(args []string, env Env) (simulateCmd, int) {
@@ -48,7 +62,8 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	fs := newFlagSet("simulate", simulateAbout)
 	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (required)")
 	fs.StringVar(&cfg.TraceFormat, "format", cfg.TraceFormat, "trace format: mooncake or azure")
-	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests (0 = all)")
+	fs.IntVar(&cfg.Skip, "skip", 0, "skip the trace's first N requests; the slice's first arrives at 0")
+	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests after --skip (0 = all)")
 	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
 	fs.Float64Var(&c.longShare, "long-share", 0, "give this share of requests (chosen by --seed) --long-tokens input tokens and a unique prompt, as bench trace --long-share")
 	fs.IntVar(&c.longTokens, "long-tokens", 4000, "input length of the requests --long-share picks")
@@ -80,6 +95,9 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	fs.StringVar(&c.jsonPath, "json", "", "write the report (bench's JSON schema plus a simulation object) to this file; with --sweep, the ranked table")
 	fs.StringVar(&c.plotPath, "plot", "", "write bench's plots to FILE.png and FILE-hits.png; with --sweep, one plot of the sweep")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (performance work)")
+	fs.StringVar(&c.compare, "compare", "", "a bench trace --json report of the same slice to set against the simulation")
+	tolerance := fs.String("compare-tolerance", "15%", "with --compare, mark metrics further apart than this (15% or 0.15)")
+	seeds := fs.String("seeds", "", "with --compare, simulate these seeds (1-5 or 1,2,3) and compare with their mean")
 	var sweepArgs []string
 	fs.Func("sweep", "a sweep dimension KEY=V1,V2 (more may follow as plain arguments)", func(s string) error {
 		sweepArgs = append(sweepArgs, s)
@@ -136,6 +154,28 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	if c.sweep, err = parseSweep(sweepArgs); err != nil {
 		return bad("%v", err)
 	}
+	if cfg.Skip < 0 {
+		return bad("--skip %d: want >= 0 (0 = from the trace's start)", cfg.Skip)
+	}
+	if c.tolerance, err = parseTolerance(*tolerance); err != nil {
+		return bad("--compare-tolerance %q: %v", *tolerance, err)
+	}
+	c.seeds = []int64{cfg.Seed}
+	if *seeds != "" {
+		if c.seeds, err = parseSeeds(*seeds); err != nil {
+			return bad("--seeds %q: %v", *seeds, err)
+		}
+	}
+	switch {
+	case c.compare == "" && (*seeds != "" || flagSet(fs, "compare-tolerance")):
+		return bad("--seeds and --compare-tolerance go with --compare LIVE.json")
+	case c.compare != "" && len(c.sweep) > 0:
+		return bad("--compare sets one configuration against a live run: not with --sweep")
+	case *seeds != "" && flagSet(fs, "seed"):
+		return bad("give --seed or --seeds, not both")
+	case len(c.seeds) > 1 && c.longShare > 0:
+		return bad("--seeds would change which requests --long-share picks; compare one --seed, the live run's")
+	}
 	return c, -1
 }
 
@@ -148,9 +188,15 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "switchyard simulate: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return code
 	}
-	reqs, err := bench.ReadTrace(c.cfg.TracePath, c.cfg.TraceFormat)
+	reqs, err := bench.ReadTraceSlice(c.cfg.TracePath, c.cfg.TraceFormat, c.cfg.Skip, c.cfg.MaxRequests)
 	if err != nil {
 		return fail(ExitUsage, err)
+	}
+	var live *bench.Report
+	if c.compare != "" {
+		if live, err = bench.ReadReport(c.compare); err != nil {
+			return fail(ExitUsage, fmt.Errorf("--compare: %w", err))
+		}
 	}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -163,9 +209,6 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if c.cfg.MaxRequests > 0 && len(reqs) > c.cfg.MaxRequests {
-		reqs = reqs[:c.cfg.MaxRequests]
-	}
 	reqs = bench.TileTrace(reqs, c.tile)
 	c.cfg.Items = bench.TraceItems(reqs, c.cfg.TimeScale)
 	if c.longShare > 0 {
@@ -177,9 +220,16 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 	if err := c.cfg.Validate(); err != nil {
 		return fail(ExitUsage, err)
 	}
+	c.cfg.Seed = c.seeds[0]
 	rep, wall, err := simulateOnce(ctx, c.cfg, env.Stderr, "")
 	if err != nil {
 		return fail(ExitFail, err)
+	}
+	if live != nil {
+		// Refused before the other seeds run: the check needs a report.
+		if err := bench.Comparable(live, rep); err != nil {
+			return fail(ExitUsage, fmt.Errorf("--compare %s: %w", c.compare, err))
+		}
 	}
 	if err := bench.WriteTable(env.Stdout, rep); err != nil {
 		return fail(ExitFail, err)
@@ -198,7 +248,77 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 		a, b := bench.PlotPaths(c.plotPath)
 		fmt.Fprintf(env.Stderr, "simulate: wrote %s and %s\n", a, b)
 	}
+	if live == nil {
+		return ExitOK
+	}
+	sims := []*bench.Report{rep}
+	for _, seed := range c.seeds[1:] {
+		cfg := c.cfg
+		cfg.Seed = seed
+		r, _, err := simulateOnce(ctx, cfg, env.Stderr, fmt.Sprintf(" (seed %d)", seed))
+		if err != nil {
+			return fail(ExitFail, err)
+		}
+		sims = append(sims, r)
+	}
+	// A tolerance miss is a finding, not a failure: the exit stays 0.
+	if err := bench.WriteComparison(env.Stdout, bench.Compare(live, sims, c.seeds, c.tolerance)); err != nil {
+		return fail(ExitFail, err)
+	}
 	return ExitOK
+}
+
+// parseTolerance reads a relative tolerance written as a percentage
+// ("15%") or a fraction ("0.15").
+func parseTolerance(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	switch {
+	case err != nil:
+		return 0, errors.New("want a percentage such as 15% or a fraction such as 0.15")
+	case strings.HasSuffix(s, "%"):
+		v /= 100
+	case v > 1:
+		return 0, fmt.Errorf("a fraction above 1: did you mean %g%%?", v)
+	}
+	if !(v > 0) || math.IsInf(v, 0) {
+		return 0, errors.New("want a tolerance above 0")
+	}
+	return v, nil
+}
+
+// maxSeeds bounds --seeds: each seed is a whole simulation.
+const maxSeeds = 100
+
+// parseSeeds reads seeds as a range "1-5" or a list "1,2,7".
+func parseSeeds(s string) ([]int64, error) {
+	var out []int64
+	if a, b, ok := strings.Cut(s, "-"); ok && a != "" {
+		lo, err1 := strconv.ParseInt(a, 10, 64)
+		hi, err2 := strconv.ParseInt(b, 10, 64)
+		if err1 != nil || err2 != nil || hi < lo || hi-lo >= maxSeeds {
+			return nil, fmt.Errorf("want a range LO-HI of at most %d seeds, e.g. 1-5", maxSeeds)
+		}
+		for v := lo; v <= hi; v++ {
+			out = append(out, v)
+		}
+		return out, nil
+	}
+	seen := map[int64]bool{}
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer seed (want 1-5 or 1,2,3)", f)
+		}
+		if seen[v] {
+			return nil, fmt.Errorf("seed %d given twice", v)
+		}
+		seen[v] = true
+		out = append(out, v)
+	}
+	if len(out) > maxSeeds {
+		return nil, fmt.Errorf("%d seeds: at most %d", len(out), maxSeeds)
+	}
+	return out, nil
 }
 
 // simulateOnce runs one configuration with progress on stderr and returns

@@ -39,6 +39,7 @@ type Config struct {
 	TracePath   string
 	TraceFormat string
 	TimeScale   float64
+	Skip        int
 	MaxRequests int
 
 	Workers        int        // decode workers, or aggregated ones when PrefillWorkers is 0
@@ -811,7 +812,7 @@ func (s *simulator) report() *bench.Report {
 		BlockSize: s.bs, Runs: []bench.PolicyRun{run},
 		Deployment: bench.Health{Status: "simulated", BlockSize: s.bs},
 		Settings: bench.Settings{Trace: cfg.TracePath, TraceFormat: cfg.TraceFormat, TimeScale: cfg.TimeScale,
-			MaxRequests: cfg.MaxRequests, Seed: cfg.Seed, TTFTSLOS: cfg.TTFTSLO.Seconds(), ITLSLOS: cfg.ITLSLO.Seconds()},
+			Skip: cfg.Skip, MaxRequests: cfg.MaxRequests, Seed: cfg.Seed, TTFTSLOS: cfg.TTFTSLO.Seconds(), ITLSLOS: cfg.ITLSLO.Seconds()},
 	}
 	for _, w := range s.workers {
 		hw := bench.HealthWorker{ID: w.id, Role: w.role}
