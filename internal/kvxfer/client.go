@@ -57,11 +57,8 @@ type Client struct {
 // Dial connects to a kvxfer server (and completes the TLS handshake when
 // configured). ctx bounds the dial and handshake only.
 func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
-	if cfg.IOTimeout <= 0 {
-		cfg.IOTimeout = DefaultIOTimeout
-	}
-	if cfg.BlockBytes < 0 || cfg.BlockBytes%8 != 0 {
-		return nil, fmt.Errorf("kvxfer: block bytes %d: want a multiple of 8", cfg.BlockBytes)
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
 	}
 	d := net.Dialer{Timeout: cfg.IOTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -84,7 +81,22 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 		}
 		conn = tc
 	}
-	return &Client{cfg: cfg, conn: conn, fr: newFrameReader(conn), addr: addr}, nil
+	return newClient(conn, addr, cfg), nil
+}
+
+func (cfg *ClientConfig) setDefaults() error {
+	if cfg.IOTimeout <= 0 {
+		cfg.IOTimeout = DefaultIOTimeout
+	}
+	if cfg.BlockBytes < 0 || cfg.BlockBytes%8 != 0 {
+		return fmt.Errorf("kvxfer: block bytes %d: want a multiple of 8", cfg.BlockBytes)
+	}
+	return nil
+}
+
+// newClient wraps an established connection; cfg has its defaults set.
+func newClient(conn net.Conn, addr string, cfg ClientConfig) *Client {
+	return &Client{cfg: cfg, conn: conn, fr: newFrameReader(conn), addr: addr}
 }
 
 // Addr returns the server address the client dialled.

@@ -15,6 +15,16 @@ import (
 // startServer starts a server on loopback and closes it at cleanup.
 func startServer(t testing.TB, cfg ServerConfig) *Server {
 	t.Helper()
+	s := newServer(t, cfg)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newServer returns a server that is not listening, closed at cleanup.
+func newServer(t testing.TB, cfg ServerConfig) *Server {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -22,11 +32,44 @@ func startServer(t testing.TB, cfg ServerConfig) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// pipeClient connects a client to s over net.Pipe, for tests on the
+// synctest clock: a goroutine blocked on loopback TCP is not durably
+// blocked, so a bubble's clock would not advance past it, while one blocked
+// on a pipe is. Everything the client writes reaches the server delay
+// later. Cleanup closes the pipe and waits for the server's side to end.
+func pipeClient(t testing.TB, s *Server, cfg ClientConfig, delay time.Duration) *Client {
+	t.Helper()
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	cli, srv := net.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.serveConn(srv)
+		srv.Close()
+	}()
+	c := newClient(delayedWrites{cli, delay}, "pipe", cfg)
+	t.Cleanup(func() {
+		c.Close()
+		<-done
+	})
+	return c
+}
+
+// delayedWrites delays each Write by a fixed one-way latency.
+type delayedWrites struct {
+	net.Conn
+	delay time.Duration
+}
+
+func (d delayedWrites) Write(p []byte) (int, error) {
+	time.Sleep(d.delay)
+	return d.Conn.Write(p)
 }
 
 func dial(t testing.TB, addr string, cfg ClientConfig) *Client {

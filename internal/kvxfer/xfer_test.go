@@ -342,33 +342,45 @@ func TestPullCancel(t *testing.T) {
 	}
 }
 
+// TestShapedPullAndProbe runs a shaped server and its client over net.Pipe
+// on the synctest clock, so the figures are exact rather than at the mercy
+// of a shared host's scheduler (over loopback TCP under load this pull took
+// up to 1.73× its ideal time). Requests reach the server a fixed one-way
+// delay after they are sent. The pull must take that delay plus its bytes
+// beyond the shaper's initial burst over the rate; the probe must report the
+// delay as its round trip and the rate as its throughput.
 func TestShapedPullAndProbe(t *testing.T) {
-	if raceEnabled {
-		t.Skip("throughput ratios are meaningless under the race detector")
-	}
-	const rate = 40e6 // 40 MB/s: 8 MiB takes ~0.2 s
-	s := startServer(t, ServerConfig{BlockBytes: 64 << 10, Shaper: linkemu.NewShaper(rate, 0)})
-	hashes := randomHashes(8, 128)
-	tok, _ := s.Lease(hashes, nil)
-	c := dial(t, s.Addr(), ClientConfig{BlockBytes: 64 << 10})
-	st, err := c.Pull(context.Background(), tok, hashes, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ideal := float64(st.Bytes) / rate
-	if r := st.Duration.Seconds() / ideal; r < 0.8 || r > 1.5 {
-		t.Errorf("8 MiB over %v took %v, %.2f× ideal; want 0.8–1.5×", linkemu.Rate(rate), st.Duration, r)
-	}
-	bps, rtt, err := c.Probe(context.Background(), 8<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := bps / rate; r < 0.67 || r > 1.25 {
-		t.Errorf("probe measured %.1f MB/s on a %.0f MB/s link (%.2f×); want 0.67–1.25×", bps/1e6, rate/1e6, r)
-	}
-	if rtt <= 0 || rtt > time.Second {
-		t.Errorf("probe rtt %v on loopback", rtt)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const rate = 40e6 // 40 MB/s: 8 MiB takes ~0.2 s
+		const delay = 2 * time.Millisecond
+		shaper := linkemu.NewShaper(rate, 0)
+		burst := float64(shaper.Burst())
+		s := newServer(t, ServerConfig{BlockBytes: 64 << 10, Shaper: shaper})
+		hashes := randomHashes(8, 128)
+		tok, _ := s.Lease(hashes, nil)
+		c := pipeClient(t, s, ClientConfig{BlockBytes: 64 << 10}, delay)
+		st, err := c.Pull(context.Background(), tok, hashes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Frame headers (under 0.1% of the bytes) are the only slack.
+		want := delay.Seconds() + (float64(st.Bytes)-burst)/rate
+		if r := st.Duration.Seconds() / want; r < 0.999 || r > 1.002 {
+			t.Errorf("8 MiB over %v took %v, %.4f× the %.4fs the link allows; want 1 within 0.1%%", linkemu.Rate(rate), st.Duration, r, want)
+		}
+		bps, rtt, err := c.Probe(context.Background(), 8<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rtt != delay {
+			t.Errorf("probe rtt %v, want the %v request delay", rtt, delay)
+		}
+		// The bucket refills during the pings, so up to one burst of the
+		// probe passes at once: the figure may exceed the rate by that.
+		if r := bps / rate; r < 0.998 || r > (8<<20)/(8<<20-burst)+0.001 {
+			t.Errorf("probe measured %.2f MB/s on a %.0f MB/s link (%.4f×); want the rate, within the burst", bps/1e6, rate/1e6, r)
+		}
+	})
 }
 
 func TestProbeLimits(t *testing.T) {

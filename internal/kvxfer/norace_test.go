@@ -1,5 +1,0 @@
-//go:build !race
-
-package kvxfer
-
-const raceEnabled = false
