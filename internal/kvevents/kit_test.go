@@ -179,6 +179,10 @@ func startWorker(t testing.TB, nc *nats.Conn, id string, heartbeat time.Duration
 	return &testWorker{pub: pub, eng: eng, stop: func() { stopHB(); stopSnap() }}
 }
 
+// startConsumer starts a consumer on nc and returns once the server has its
+// subscription: Run subscribes in its own goroutine, so a batch published
+// right after starting it could otherwise be missed (the worker then met
+// mid-stream, through a snapshot, or not at all if it says nothing more).
 func startConsumer(t testing.TB, nc *nats.Conn, idx IndexWriter, silence time.Duration) (*Consumer, func()) {
 	t.Helper()
 	c, err := NewConsumer(ConsumerConfig{NC: nc, Index: idx, SilenceAfter: silence, SnapshotTimeout: time.Second})
@@ -186,6 +190,12 @@ func startConsumer(t testing.TB, nc *nats.Conn, idx IndexWriter, silence time.Du
 		t.Fatal(err)
 	}
 	stop := goRun(t, c.Run)
+	eventually(t, 10*time.Second, "consumer subscribed", func() bool { return nc.NumSubscriptions() > 0 })
+	// The server handles a connection's protocol in order: the flush's
+	// PONG comes after the SUB is in place.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	return c, stop
 }
 

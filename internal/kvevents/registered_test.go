@@ -43,7 +43,11 @@ func TestRegisteredOnlyIgnoresUnlistedWorkers(t *testing.T) {
 func TestStaleEpochDoesNotKeepWorkerAlive(t *testing.T) {
 	srv := startNATS(t)
 	idx := newMemIndex()
-	c, _ := startConsumer(t, dial(t, srv.ClientURL()), idx, 500*time.Millisecond)
+	// No heartbeats: the new run's one batch is its last sign of life, and
+	// SilenceAfter must outlast the wait for inSync to see it healthy (at
+	// 500 ms it did not always on a loaded host), so that the stale batches
+	// below reach a worker that is still healthy.
+	c, _ := startConsumer(t, dial(t, srv.ClientURL()), idx, 2*time.Second)
 	old := startWorker(t, dial(t, srv.ClientURL()), "w1", time.Hour, 1)
 	nw := startWorker(t, dial(t, srv.ClientURL()), "w1", time.Hour, 2) // newer epoch
 	nw.eng.step(2)
@@ -56,6 +60,9 @@ func TestStaleEpochDoesNotKeepWorkerAlive(t *testing.T) {
 		}
 		old.eng.step(1)
 		time.Sleep(50 * time.Millisecond)
+	}
+	if h := c.HealthAll()["w1"]; h.Stale == 0 || h.Epoch != nw.pub.Epoch() {
+		t.Errorf("health = %+v; want stale batches counted and epoch %d kept", h, nw.pub.Epoch())
 	}
 }
 
