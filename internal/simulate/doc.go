@@ -31,8 +31,14 @@
 //     request the engine refuses (longer than the KV cache or the context)
 //     counts as an error, as the live worker's HTTP 400 does.
 //
-// The run is single-threaded and deterministic: the same Config gives the
-// same report, byte for byte. Times in the report are divided by Speedup so
-// that a simulation of `up --speedup S` compares directly with `bench`
-// against it.
+// The run is deterministic: the same Config gives the same report, byte for
+// byte, whatever Config.Threads. An aggregated cluster's workers step on
+// Threads goroutines: between two arrivals each worker runs its own events
+// ahead, logging what they change outside it (index, router load tracking,
+// counters), and the driver then applies those changes in the serial run's
+// order before it routes the arrival (window.go says why that is exact). A
+// disaggregated cluster runs on one goroutine: its prefill workers, links and
+// decode workers hand each other requests between arrivals. Times in the
+// report are divided by Speedup so that a simulation of `up --speedup S`
+// compares directly with `bench` against it.
 package simulate

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -59,6 +60,10 @@ type Config struct {
 	ITLSLO     time.Duration
 	Seed       int64
 	GPUHourUSD float64
+	// Threads is how many goroutines step an aggregated cluster's workers
+	// (window.go); the report is the same for any value. 0 means
+	// GOMAXPROCS; 1, and any disaggregated cluster, run serially.
+	Threads int
 	// Progress, if set, is called now and then with requests finished,
 	// the total and the virtual time reached.
 	Progress func(done, total int, virtual time.Duration)
@@ -100,6 +105,12 @@ func (c *Config) Validate() error {
 	}
 	if c.LinkRTT < 0 {
 		bad("--link-rtt %v is negative", c.LinkRTT)
+	}
+	if c.Threads < 0 {
+		bad("--threads %d is negative (0 means one per CPU, 1 runs serially)", c.Threads)
+	}
+	if c.Threads == 0 {
+		c.Threads = runtime.GOMAXPROCS(0)
 	}
 	var err error
 	if c.Disagg, err = gate.ParseMode(string(c.Disagg)); err != nil {
@@ -208,6 +219,12 @@ type worker struct {
 	reported   bool
 	link       *link         // prefill workers: their egress
 	busy       time.Duration // virtual time spent in steps
+	// pushes counts the events queued for the worker; stepSeq and
+	// reportSeq are the counts at which its pending step and report were
+	// queued. They order a step and a report due at the same time as the
+	// queue's global seq does, without the queue (window.go).
+	pushes, stepSeq, reportSeq uint64
+	effects                    // what its handlers changed outside it, while logging
 }
 
 // request is one trace request in flight.
@@ -268,8 +285,11 @@ type simulator struct {
 	next      int // next item to arrive
 	finished  int
 	lastDone  time.Duration
-	buf       []uint32
-	hbuf      []uint64
+	buf       []uint32 // a prompt: item ready-1's, when ready > 0
+	hbuf      []uint64 // its block hashes, when ready > 0
+	ready     int
+	stack     []int // due's
+	shared    int   // windows that ran more than one worker ahead
 	nEvents   int64
 	gapStride int // keep every gapStride-th inter-token gap for the ITL percentiles
 }
@@ -400,6 +420,9 @@ func (s *simulator) arrivalAt(i int) time.Duration {
 }
 
 func (s *simulator) run(ctx context.Context) error {
+	if t := s.cfg.Threads; t > 1 && s.cfg.PrefillWorkers == 0 {
+		return s.runWindowed(ctx, t)
+	}
 	total := len(s.cfg.Items)
 	progressEvery := max(1, total/100)
 	for {
@@ -422,18 +445,23 @@ func (s *simulator) run(ctx context.Context) error {
 		before := s.finished
 		switch e.kind {
 		case evStep:
-			s.stepDone(s.workers[e.idx])
+			s.stepDone(s.workers[e.idx], s.now)
 		case evLink:
 			s.linkDone(s.links[e.idx], e.gen)
 		case evReport:
-			s.reportTick(s.workers[e.idx])
+			s.reportTick(s.workers[e.idx], s.now)
 		}
 		if s.cfg.Progress != nil && s.finished/progressEvery != before/progressEvery {
 			s.cfg.Progress(s.finished, total, s.now)
 		}
 	}
-	// Conservation: every request finished or failed. Anything left is a
-	// simulator fault, reported rather than hidden.
+	return s.conserve()
+}
+
+// conserve fails the requests left unfinished once the events run out:
+// every request finishes or fails, and anything left is a simulator fault,
+// reported rather than hidden.
+func (s *simulator) conserve() error {
 	for i, r := range s.reqs {
 		if r != nil {
 			s.fail(r, 0, "not_finished", fmt.Sprintf("request %d never finished (simulation stalled)", i))
@@ -469,13 +497,19 @@ func (s *simulator) horizon(w *worker) time.Duration {
 	return h
 }
 
+// The handlers of a worker's own events (stepDone, reportTick and what
+// they call: kick, deliver) take the virtual time now as an argument rather
+// than reading s.now, and change nothing outside the worker, its core and
+// its requests except through s.effect: a windowed run (window.go) runs
+// them for many workers at once.
+
 // kick starts w's next step (or jump) if it has work and none is running.
-func (s *simulator) kick(w *worker) {
+func (s *simulator) kick(w *worker, now time.Duration) {
 	if w.stepping {
 		return
 	}
-	w.core.CatchUp(s.now)
-	s.startTicking(w)
+	w.core.CatchUp(now)
+	s.startTicking(w, now)
 	dt, dels := w.core.Advance(s.horizon(w))
 	if dt == 0 {
 		return
@@ -487,10 +521,19 @@ func (s *simulator) kick(w *worker) {
 	w.dels = append(w.dels[:0], dels...)
 	w.busy += dt
 	w.stepping, w.stepEnd = true, w.core.Clock()
-	s.push(event{at: w.stepEnd, kind: evStep, idx: int32(w.idx)})
+	s.schedule(w, evStep, w.stepEnd)
 }
 
+// applyEvents applies w's published events from from on to the index; a
+// logging worker logs them (from is then 0: all it has not logged yet).
 func (s *simulator) applyEvents(w *worker, from int) {
+	if w.logging {
+		if len(w.events) > w.logged {
+			s.effect(w, effect{kind: fxApply, lo: w.logged, hi: len(w.events)})
+			w.logged = len(w.events)
+		}
+		return
+	}
 	if len(w.events) > from {
 		kvevents.Apply(s.index, w.id, w.events[from:])
 		clear(w.events[from:])
@@ -498,28 +541,39 @@ func (s *simulator) applyEvents(w *worker, from int) {
 	}
 }
 
-func (s *simulator) stepDone(w *worker) {
+// schedule queues w's next step end or report tick.
+func (s *simulator) schedule(w *worker, kind uint8, at time.Duration) {
+	w.pushes++
+	if kind == evStep {
+		w.stepSeq = w.pushes
+	} else {
+		w.reportSeq = w.pushes
+	}
+	s.effect(w, effect{kind: fxPush, at: at, ev: kind})
+}
+
+func (s *simulator) stepDone(w *worker, now time.Duration) {
 	w.stepping = false
 	s.applyEvents(w, 0)
 	for _, d := range w.dels {
-		s.deliver(w, d)
+		s.deliver(w, d, now)
 	}
-	s.kick(w)
+	s.kick(w, now)
 }
 
 // startTicking queues w's next reporter tick if it is not ticking: the
 // first tick of its phase after now.
-func (s *simulator) startTicking(w *worker) {
+func (s *simulator) startTicking(w *worker, now time.Duration) {
 	if w.ticking {
 		return
 	}
 	every := time.Duration(float64(reportEvery) * s.S)
 	w.nextReport = w.phase
-	if s.now >= w.phase {
-		w.nextReport += ((s.now-w.phase)/every + 1) * every
+	if now >= w.phase {
+		w.nextReport += ((now-w.phase)/every + 1) * every
 	}
 	w.ticking = true
-	s.push(event{at: w.nextReport, kind: evReport, idx: int32(w.idx)})
+	s.schedule(w, evReport, w.nextReport)
 }
 
 // reportTick publishes w's load as its live reporter does on each tick:
@@ -527,26 +581,26 @@ func (s *simulator) startTicking(w *worker) {
 // leave (a live engine applies a step when it starts it, then waits out
 // its duration). A worker running a jump is at most one step ahead, as
 // live: its horizon stopped the jump at the step that spans the tick.
-func (s *simulator) reportTick(w *worker) {
-	s.reportLoad(w)
+func (s *simulator) reportTick(w *worker, now time.Duration) {
+	s.reportLoad(w, now)
 	if w.core.Idle() && !w.stepping && w.report == (gate.WorkerLoad{}) {
 		w.ticking = false
 		return
 	}
 	w.nextReport += time.Duration(float64(reportEvery) * s.S)
-	s.push(event{at: w.nextReport, kind: evReport, idx: int32(w.idx)})
+	s.schedule(w, evReport, w.nextReport)
 }
 
-func (s *simulator) reportLoad(w *worker) {
+func (s *simulator) reportLoad(w *worker, now time.Duration) {
 	l := w.core.Load()
 	w.report = gate.WorkerLoad{QueuedPrefillTokens: l.QueuedPrefillTokens, Waiting: l.Waiting, Running: l.Running, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
-	w.reportAt, w.reported = s.now, true
-	s.router.ObserveLoad(w.id, router.LoadReport{
+	w.reportAt, w.reported = now, true
+	s.effect(w, effect{kind: fxLoad, load: router.LoadReport{
 		QueuedPrefillBlocks: (l.QueuedPrefillTokens + s.bs - 1) / s.bs,
 		ActiveDecodeBlocks:  l.ActiveDecodeBlocks,
 		Running:             l.Running, Waiting: l.Waiting,
-		TakenAt: s.wall(s.now),
-	})
+		TakenAt: s.wall(now),
+	}})
 }
 
 func (s *simulator) view(w *worker) gate.WorkerView {
@@ -558,16 +612,18 @@ func (s *simulator) view(w *worker) gate.WorkerView {
 	return v
 }
 
-// prompt materialises item i's prompt into the shared buffer.
+// prompt materialises item i's prompt into the shared buffer, without its
+// hashes.
 func (s *simulator) prompt(i int) []uint32 {
 	s.buf = s.cfg.Items[i].AppendPrompt(s.pb, s.buf[:0])
+	s.ready = 0
 	return s.buf
 }
 
 func (s *simulator) arrive(i int) {
 	it := &s.cfg.Items[i]
-	prompt := s.prompt(i)
-	s.hbuf = kvindex.HashChain(s.hbuf[:0], "", prompt, s.bs)
+	s.materialise(i)
+	prompt := s.buf
 	r := &request{idx: i, id: "r" + strconv.Itoa(i), arrival: s.now, blocks: len(s.hbuf), rec: &s.recs[i]}
 	s.reqs[i] = r
 	*r.rec = bench.Record{Index: it.Index, Group: it.Group, StartS: s.toWall(s.now), InputTokens: len(prompt),
@@ -612,7 +668,7 @@ func (s *simulator) arrive(i int) {
 		return
 	}
 	r.prefill = p
-	s.kick(p)
+	s.kick(p, s.now)
 }
 
 // forward sends r to its decode worker, as the frontend does once routing
@@ -627,7 +683,7 @@ func (s *simulator) forward(r *request, prompt []uint32, hashes []uint64) {
 		s.fail(r, 400, "http_400", err.Error())
 		return
 	}
-	s.kick(d)
+	s.kick(d, s.now)
 }
 
 func (s *simulator) fail(r *request, status int, kind, msg string) {
@@ -640,7 +696,9 @@ func (s *simulator) fail(r *request, status int, kind, msg string) {
 	s.lastDone = max(s.lastDone, s.now)
 }
 
-func (s *simulator) deliver(w *worker, d sim.Delivery) {
+// deliver hands w's delivery d to its request. Prefill workers run in
+// serial runs only: their path may touch other workers and links.
+func (s *simulator) deliver(w *worker, d sim.Delivery, now time.Duration) {
 	r := s.reqs[d.H.Tag()]
 	if r == nil {
 		return
@@ -655,15 +713,15 @@ func (s *simulator) deliver(w *worker, d sim.Delivery) {
 		return
 	}
 	if d.First {
-		r.rec.TTFTS = s.toWall(s.now - r.arrival)
-		s.router.FirstToken(w.id, r.id)
+		r.rec.TTFTS = s.toWall(now - r.arrival)
+		s.effect(w, effect{kind: fxFirstToken, req: r.id})
 	}
 	if d.Done {
-		s.router.Finished(w.id, r.id)
+		s.effect(w, effect{kind: fxFinished, req: r.id})
 		res := d.H.Result()
 		rec := r.rec
 		rec.Status, rec.Outcome = 200, bench.OutcomeOK
-		rec.E2ES = s.toWall(s.now - r.arrival)
+		rec.E2ES = s.toWall(now - r.arrival)
 		rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens = res.PromptTokens, len(res.Output), res.CachedTokens
 		if s.cfg.Engine.KVOffloadGiB > 0 {
 			kvb := int64(w.core.KVBytesPerToken())
@@ -692,8 +750,7 @@ func (s *simulator) deliver(w *worker, d sim.Delivery) {
 		}
 		w.core.Recycle(d.H) // res is read: its token buffer serves a later request
 		s.reqs[r.idx] = nil
-		s.finished++
-		s.lastDone = max(s.lastDone, s.now)
+		s.effect(w, effect{kind: fxDone})
 	}
 }
 
@@ -788,7 +845,7 @@ func (s *simulator) finishTransfer(f *flow) {
 		f.pinned.Release()
 	}
 	r.prefill = nil
-	s.kick(p) // its queue may have waited for the pinned blocks
+	s.kick(p, s.now) // its queue may have waited for the pinned blocks
 	// nil: the engine hashes the prompt (s.hbuf is another prompt's by now).
 	s.forward(r, s.prompt(r.idx), nil)
 }
