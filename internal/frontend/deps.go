@@ -57,6 +57,9 @@ type Workers interface {
 
 // RouteRequest is what the router gets for one pick.
 type RouteRequest struct {
+	// RequestID is unique among the frontend's requests in flight. A
+	// Router may book the request under it on the worker it picks (the
+	// node's does; see InFlight).
 	RequestID    string
 	Hashes       []uint64 // block hashes of the prompt, chained from the cache_salt root
 	PromptTokens int
@@ -88,7 +91,16 @@ type Router interface {
 
 // InFlight is told about every request the frontend sends to a worker so
 // the router sees load between the workers' own load reports. Calls for one
-// request come in the order Started, FirstToken (at most once), Finished.
+// request on one worker come in the order Started (maybe repeated, with
+// updated blocks), FirstToken (at most once), Finished; a disaggregated
+// request is in flight on its decode and its prefill worker at once.
+//
+// A Router may book a request on the worker it picks, from the pick on, so
+// that concurrent picks see it. The frontend then takes every pick over
+// with Started … Finished, or gives it back with Release: when the gate
+// keeps the prefill local (the prefill pool's pick), when the gate names
+// another prefill worker, and when the request fails or its client leaves
+// before it reaches the worker. A Router that books needs an InFlight.
 type InFlight interface {
 	// Started: prefillBlocks are the prompt blocks the worker must compute;
 	// promptBlocks are all the blocks the request holds on the worker once
@@ -97,6 +109,9 @@ type InFlight interface {
 	Started(workerID, requestID string, prefillBlocks, promptBlocks int)
 	FirstToken(workerID, requestID string)
 	Finished(workerID, requestID string)
+	// Release gives back a pick of workerID that the request never
+	// reached; it does nothing for a request finished or unknown there.
+	Release(workerID, requestID string)
 }
 
 // EventStatus is a worker's KV-event health.

@@ -17,8 +17,8 @@ var prefillParams = json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill
 // remotePrefill runs the prefill step on p: the original request with
 // kv_transfer_params asking for remote decode, stream off and one output
 // token. It returns p's kv_transfer_params, an opaque dictionary the decode
-// worker understands.
-func (s *Server) remotePrefill(ctx context.Context, ep endpoint, pr *parsedRequest, p Worker, reqID string) (json.RawMessage, error) {
+// worker understands. overlap is the prompt's leading blocks p holds.
+func (s *Server) remotePrefill(ctx context.Context, ep endpoint, pr *parsedRequest, p Worker, overlap int, reqID string) (json.RawMessage, error) {
 	body, err := rewriteBody(pr.body, map[string]json.RawMessage{
 		"kv_transfer_params":    prefillParams,
 		"stream":                json.RawMessage("false"),
@@ -34,7 +34,7 @@ func (s *Server) remotePrefill(ctx context.Context, ep endpoint, pr *parsedReque
 		return nil, err
 	}
 	if s.deps.InFlight != nil {
-		s.deps.InFlight.Started(p.ID, reqID, len(pr.hashes), len(pr.hashes))
+		s.deps.InFlight.Started(p.ID, reqID, max(0, len(pr.hashes)-overlap), s.promptBlocks(pr))
 		defer s.deps.InFlight.Finished(p.ID, reqID)
 	}
 	ctr := s.inflightCounter(p.ID)

@@ -200,6 +200,7 @@ type nopInFlight struct{}
 func (nopInFlight) Started(string, string, int, int) {}
 func (nopInFlight) FirstToken(string, string)        {}
 func (nopInFlight) Finished(string, string)          {}
+func (nopInFlight) Release(string, string)           {}
 
 // Compile-time check that the fake is a valid ResponseWriter flusher chain.
 var _ http.Flusher = (*statusWriter)(nil)

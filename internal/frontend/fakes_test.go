@@ -360,6 +360,7 @@ func (f *fakeInFlight) Started(w, id string, blocks, _ int) {
 }
 func (f *fakeInFlight) FirstToken(w, id string) { f.add("first " + w) }
 func (f *fakeInFlight) Finished(w, id string)   { f.add("end " + w) }
+func (f *fakeInFlight) Release(w, id string)    { f.add("release " + w) }
 func (f *fakeInFlight) recorded() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -25,6 +25,9 @@ type route struct {
 	mode    string // the disaggregation mode in force, when gated
 	gate    GateDecision
 	prefill Worker // the prefill worker, when gate.Remote
+	// prefillOverlap is the prompt's leading blocks prefill holds, as the
+	// router saw them (0 when the gate chose another prefill worker).
+	prefillOverlap int
 
 	// kvMeasured says the decode worker reported its KV pull: kvBytes
 	// arrived in pull (headers x-kv-pulled-bytes, x-kv-pull-ms). A worker
@@ -41,6 +44,33 @@ const (
 	workerHeaderPulledBytes = "x-kv-pulled-bytes"
 	workerHeaderPullMS      = "x-kv-pull-ms"
 )
+
+// prefillBlocks are the prompt blocks rt.target must compute: none when
+// they arrive by KV transfer from a remote prefill.
+func (rt *route) prefillBlocks(pr *parsedRequest) int {
+	if rt.gated && rt.gate.Remote {
+		return 0
+	}
+	return max(0, len(pr.hashes)-rt.overlap)
+}
+
+// promptBlocks are the blocks pr's prompt holds on a worker, a partial
+// last block included.
+func (s *Server) promptBlocks(pr *parsedRequest) int {
+	bs := s.cfg.BlockSize
+	return (len(pr.tokens) + bs - 1) / bs
+}
+
+// release gives back the picks of workers that reqID did not reach (see
+// InFlight).
+func (s *Server) release(reqID string, workers ...string) {
+	if s.deps.InFlight == nil {
+		return
+	}
+	for _, id := range workers {
+		s.deps.InFlight.Release(id, reqID)
+	}
+}
 
 // measureTransfer records the KV pull the decode worker reports in h, for
 // a request it was sent with a remote prefill's kv_transfer_params.
@@ -130,6 +160,12 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	workers := s.deps.Workers.List()
 	var rt route
 	var serving []Worker
+	// The workers a pick booked this request on that no forward or remote
+	// prefill has taken over (they finish their own): released on any way
+	// out, an error or the client leaving during a remote prefill.
+	var booked []string
+	defer func() { s.release(reqID, booked...) }()
+	takeOver := func(id string) { booked = slices.DeleteFunc(booked, func(b string) bool { return b == id }) }
 	if pin != "" {
 		i := slices.IndexFunc(workers, func(wk Worker) bool { return wk.ID == pin })
 		if i < 0 {
@@ -149,14 +185,15 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			return s.shedError("worker", fmt.Sprintf("frontend: every worker has %d requests in flight, the --max-inflight-per-worker limit; retry after the Retry-After delay", s.cfg.MaxInflightPerWorker))
 		}
 		var aerr *apiError
-		if rt, aerr = s.plan(ctx, pr, reqID, workers, serving); aerr != nil {
+		if rt, aerr = s.plan(ctx, pr, reqID, workers, serving, &booked); aerr != nil {
 			return aerr
 		}
 	}
 
 	body := pr.body
 	if rt.gated && rt.gate.Remote {
-		kvp, err := s.remotePrefill(ctx, ep, pr, rt.prefill, reqID)
+		takeOver(rt.prefill.ID)
+		kvp, err := s.remotePrefill(ctx, ep, pr, rt.prefill, rt.prefillOverlap, reqID)
 		if err == nil {
 			body, err = rewriteBody(pr.body, map[string]json.RawMessage{"kv_transfer_params": kvp})
 		}
@@ -181,6 +218,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 
 	for attempt := 0; ; attempt++ {
+		takeOver(rt.target.ID)
 		res, err := s.forward(ctx, w, r, ep, pr, body, reqID, &rt, start)
 		if err == nil {
 			// A retried request's TTFT includes the failed attempt: it is
@@ -216,7 +254,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			final.msg += " (no other worker to retry on)"
 			return final
 		}
-		dec, perr := s.pick(ctx, pr, reqID, rest, pr.maxTokens())
+		dec, perr := s.pick(ctx, pr, reqID, rest, pr.maxTokens(), &booked)
 		if perr != nil {
 			final.msg = fmt.Sprintf("%v; retry: %v", err, perr)
 			return final
@@ -301,8 +339,8 @@ func (s *Server) unavailable(all []Worker) *apiError {
 
 // pick asks the router to choose among candidates, which will decode
 // maxTokens tokens at most (0: unknown, or none here), and checks its
-// answer.
-func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, candidates []Worker, maxTokens int) (Decision, error) {
+// answer. It adds the worker picked to booked.
+func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, candidates []Worker, maxTokens int, booked *[]string) (Decision, error) {
 	if len(candidates) == 0 {
 		return Decision{}, errNoCandidates
 	}
@@ -315,15 +353,20 @@ func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, cand
 		return Decision{}, fmt.Errorf("frontend: router: %w", err)
 	}
 	if !slices.Contains(ids, dec.WorkerID) {
+		s.release(reqID, dec.WorkerID)
 		return Decision{}, fmt.Errorf("frontend: router picked %q, not a candidate", dec.WorkerID)
 	}
+	*booked = append(*booked, dec.WorkerID)
 	return dec, nil
 }
 
 // plan picks the serving worker and, when it is a decode worker and a
-// prefill pool exists, asks the gate where prefill runs.
-func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all, serving []Worker) (route, *apiError) {
-	dec, err := s.pick(ctx, pr, reqID, serving, pr.maxTokens())
+// prefill pool exists, asks the gate where prefill runs. It releases the
+// prefill pool's pick unless that worker prefills remotely, and confirms
+// the decode worker's pick with nothing to prefill when one does: the KV
+// arrives by transfer, and the decode worker stays counted meanwhile.
+func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all, serving []Worker, booked *[]string) (route, *apiError) {
+	dec, err := s.pick(ctx, pr, reqID, serving, pr.maxTokens(), booked)
 	if err != nil {
 		return route{}, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, msg: err.Error(), kind: errKindRouter}
 	}
@@ -345,7 +388,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		return rt, nil
 	}
 	prefills = s.routable(prefills)
-	pdec, err := s.pick(ctx, pr, reqID, prefills, 0) // it decodes on the decode worker
+	pdec, err := s.pick(ctx, pr, reqID, prefills, 0, booked) // it decodes on the decode worker
 	if err != nil {
 		// No usable prefill worker: prefill locally, and say so.
 		rt.gated, rt.mode = true, mode
@@ -362,18 +405,26 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		gd.Remote, gd.Reason = false, "mode_never"
 	}
 	rt.gated, rt.mode, rt.gate = true, mode, gd
-	if gd.Remote {
-		pid := pdec.WorkerID
-		if gd.Prefill != "" {
-			pid = gd.Prefill
-		}
-		j := slices.IndexFunc(prefills, func(wk Worker) bool { return wk.ID == pid })
-		if j < 0 {
-			rt.gate.Remote = false
-			rt.gate.Reason = fmt.Sprintf("gate chose unknown prefill worker %q; prefilling locally", pid)
-			return rt, nil
-		}
-		rt.prefill = prefills[j]
+	if !gd.Remote {
+		s.release(reqID, pdec.WorkerID)
+		return rt, nil
+	}
+	pid := pdec.WorkerID
+	if gd.Prefill != "" && gd.Prefill != pid {
+		s.release(reqID, pid) // the worker the gate chose is counted at its Started
+		pid = gd.Prefill
+	} else {
+		rt.prefillOverlap = pdec.OverlapBlocks
+	}
+	j := slices.IndexFunc(prefills, func(wk Worker) bool { return wk.ID == pid })
+	if j < 0 {
+		rt.gate.Remote = false
+		rt.gate.Reason = fmt.Sprintf("gate chose unknown prefill worker %q; prefilling locally", pid)
+		return rt, nil
+	}
+	rt.prefill = prefills[j]
+	if s.deps.InFlight != nil {
+		s.deps.InFlight.Started(rt.target.ID, reqID, rt.prefillBlocks(pr), s.promptBlocks(pr))
 	}
 	return rt, nil
 }

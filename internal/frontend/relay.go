@@ -86,8 +86,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	if s.deps.InFlight != nil {
-		bs := s.cfg.BlockSize
-		s.deps.InFlight.Started(wk.ID, reqID, max(0, len(pr.hashes)-rt.overlap), (len(pr.tokens)+bs-1)/bs)
+		s.deps.InFlight.Started(wk.ID, reqID, rt.prefillBlocks(pr), s.promptBlocks(pr))
 		defer finish()
 	}
 	ctr := s.inflightCounter(wk.ID)

@@ -128,7 +128,7 @@ func (a routerAdapter) Pick(_ context.Context, req RouteRequest) (Decision, erro
 	for i, id := range req.Candidates {
 		cands[i] = router.Worker{ID: id, EventsHealthy: true}
 	}
-	d, err := a.r.Pick(&router.Request{Hashes: req.Hashes, PromptTokens: req.PromptTokens, BlockSize: 16}, cands)
+	d, err := a.r.Pick(&router.Request{ID: req.RequestID, Hashes: req.Hashes, PromptTokens: req.PromptTokens, BlockSize: 16}, cands)
 	if err != nil {
 		return Decision{}, err
 	}

@@ -84,7 +84,7 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 			cands[i].Profile = &p
 		}
 	}
-	d, err := a.f.router.Pick(&router.Request{Hashes: req.Hashes, PromptTokens: req.PromptTokens, OutputTokens: req.MaxTokens, BlockSize: a.f.cfg.BlockSize}, cands)
+	d, err := a.f.router.Pick(&router.Request{ID: req.RequestID, Hashes: req.Hashes, PromptTokens: req.PromptTokens, OutputTokens: req.MaxTokens, BlockSize: a.f.cfg.BlockSize}, cands)
 	if err != nil {
 		return frontend.Decision{}, err
 	}

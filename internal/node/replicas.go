@@ -62,6 +62,16 @@ func (x sharedInFlight) Finished(worker, id string) {
 	}
 }
 
+// Release gives back a routing decision the request never followed: to
+// the router, and to the peers if they were told of it.
+func (x sharedInFlight) Release(worker, id string) {
+	x.r.Release(worker, id)
+	x.s.Finished(worker, id)
+	if x.ex != nil {
+		x.ex.finished(worker, id)
+	}
+}
+
 // expectations remembers when each in-flight request that must store
 // blocks (full prompt blocks the index does not show on its worker) was
 // routed, and at its first token tells the consumer to expect that

@@ -3,7 +3,9 @@
 //
 // Every replica already consumes the workers' KV events and load reports.
 // What it cannot see is what the other replicas decided: the requests they
-// have in flight on each worker (with their prompt and decode blocks), the
+// have in flight on each worker (with their prompt and decode blocks, from
+// the frontend's Started; a request's own router counts it from its pick,
+// and a disaggregated request is in flight on two workers under one ID), the
 // approximate-index records of their routing decisions, the links they
 // probed, and the router and disaggregation settings an operator changed
 // through one replica's /admin. A Sharer publishes this replica's share and

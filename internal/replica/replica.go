@@ -93,8 +93,11 @@ const (
 	maxShared       = 1 << 18 // hashes remembered as shared, for coalescing and for a starting peer
 )
 
+// reqKey names a request in flight on one worker: a disaggregated request
+// is in flight on its prefill and its decode worker at once, under one ID.
+type reqKey struct{ worker, id string }
+
 type req struct {
-	worker          string
 	prefill, prompt int
 	decoding        bool
 }
@@ -116,7 +119,7 @@ type Sharer struct {
 	kick  chan struct{}
 
 	mu           sync.Mutex // guards the fields below, up to pmu
-	inflight     map[string]req
+	inflight     map[reqKey]req
 	pendStarted  []reqMsg
 	pendFirst    []idMsg
 	pendFinished []idMsg
@@ -135,10 +138,10 @@ type Sharer struct {
 type peer struct {
 	epoch    int64
 	lastSeen time.Time
-	reqs     map[string]req // by the peer's request ID
+	reqs     map[reqKey]req // by worker and the peer's request ID
 	fullID   uint64
 	fullGot  int
-	fullSeen map[string]bool
+	fullSeen map[reqKey]bool
 }
 
 // RandomID returns a fresh replica ID, "fe-" and 8 hex digits.
@@ -182,7 +185,7 @@ func New(cfg Config) (*Sharer, error) {
 	s := &Sharer{
 		cfg: cfg, log: cfg.Logger.With("replica", cfg.ID), epoch: cfg.Now().UnixNano(),
 		kick:     make(chan struct{}, 1),
-		inflight: map[string]req{}, pendApprox: map[uint64]approxRec{}, shared: map[uint64]approxRec{},
+		inflight: map[reqKey]req{}, pendApprox: map[uint64]approxRec{}, shared: map[uint64]approxRec{},
 		peers: map[string]*peer{},
 	}
 	s.m = newMetrics(s)
@@ -209,14 +212,17 @@ func (s *Sharer) poke() {
 	}
 }
 
-// Started records a request this replica sent to worker.
+// Started records a request this replica sent to worker. A repeated
+// Started with other blocks, before the first token, updates them (the
+// router's Started does the same).
 func (s *Sharer) Started(worker, requestID string, prefillBlocks, promptBlocks int) {
 	if s == nil {
 		return
 	}
+	k := reqKey{worker, requestID}
 	s.mu.Lock()
-	if _, dup := s.inflight[requestID]; !dup {
-		s.inflight[requestID] = req{worker: worker, prefill: prefillBlocks, prompt: promptBlocks}
+	if r, dup := s.inflight[k]; !dup || !r.decoding && (r.prefill != prefillBlocks || r.prompt != promptBlocks) {
+		s.inflight[k] = req{prefill: prefillBlocks, prompt: promptBlocks}
 		s.pendStarted = append(s.pendStarted, reqMsg{ID: requestID, Worker: worker, Prefill: prefillBlocks, Prompt: promptBlocks})
 	}
 	s.mu.Unlock()
@@ -229,9 +235,10 @@ func (s *Sharer) FirstToken(worker, requestID string) {
 		return
 	}
 	s.mu.Lock()
-	if r, ok := s.inflight[requestID]; ok && !r.decoding && r.worker == worker {
+	k := reqKey{worker, requestID}
+	if r, ok := s.inflight[k]; ok && !r.decoding {
 		r.decoding = true
-		s.inflight[requestID] = r
+		s.inflight[k] = r
 		s.pendFirst = append(s.pendFirst, idMsg{ID: requestID, Worker: worker})
 	}
 	s.mu.Unlock()
@@ -244,8 +251,9 @@ func (s *Sharer) Finished(worker, requestID string) {
 		return
 	}
 	s.mu.Lock()
-	if r, ok := s.inflight[requestID]; ok && r.worker == worker {
-		delete(s.inflight, requestID)
+	k := reqKey{worker, requestID}
+	if _, ok := s.inflight[k]; ok {
+		delete(s.inflight, k)
 		s.pendFinished = append(s.pendFinished, idMsg{ID: requestID, Worker: worker})
 	}
 	s.mu.Unlock()
@@ -411,8 +419,8 @@ func (s *Sharer) flush(full bool) {
 	var base message
 	if full {
 		reqs := make([]reqMsg, 0, len(s.inflight))
-		for id, r := range s.inflight {
-			reqs = append(reqs, reqMsg{ID: id, Worker: r.worker, Prefill: r.prefill, Prompt: r.prompt, Decoding: r.decoding})
+		for k, r := range s.inflight {
+			reqs = append(reqs, reqMsg{ID: k.id, Worker: k.worker, Prefill: r.prefill, Prompt: r.prompt, Decoding: r.decoding})
 		}
 		s.pendStarted, s.pendFirst, s.pendFinished = s.pendStarted[:0], s.pendFirst[:0], s.pendFinished[:0]
 		parts := max(1, (len(reqs)+maxReqsPerMsg-1)/maxReqsPerMsg)
@@ -554,8 +562,8 @@ func (s *Sharer) expire() {
 
 // dropPeer takes a peer's requests off the router. Caller holds pmu.
 func (s *Sharer) dropPeer(id string, p *peer) {
-	for rid, r := range p.reqs {
-		s.cfg.Apply.Dropped(r.worker, id+"/"+rid)
+	for k := range p.reqs {
+		s.cfg.Apply.Dropped(k.worker, id+"/"+k.id)
 	}
 	clear(p.reqs)
 }
@@ -592,55 +600,58 @@ func (s *Sharer) receive(nm *nats.Msg) {
 		p = nil
 	}
 	if p == nil {
-		p = &peer{epoch: m.Epoch, reqs: map[string]req{}}
+		p = &peer{epoch: m.Epoch, reqs: map[reqKey]req{}}
 		s.peers[m.Replica] = p
 		added = true
 	}
 	p.lastSeen = now
 	key := func(id string) string { return m.Replica + "/" + id }
 	start := func(r reqMsg) {
-		cur, ok := p.reqs[r.ID]
-		if !ok {
-			cur = req{worker: r.Worker, prefill: r.Prefill, prompt: r.Prompt}
+		k := reqKey{r.Worker, r.ID}
+		cur, ok := p.reqs[k]
+		if !ok || !cur.decoding && (cur.prefill != r.Prefill || cur.prompt != r.Prompt) {
+			cur.prefill, cur.prompt = r.Prefill, r.Prompt
 			s.cfg.Apply.Started(r.Worker, key(r.ID), r.Prefill, r.Prompt)
 		}
-		if r.Decoding && !cur.decoding && cur.worker == r.Worker {
+		if r.Decoding && !cur.decoding {
 			cur.decoding = true
 			s.cfg.Apply.FirstToken(r.Worker, key(r.ID))
 		}
-		p.reqs[r.ID] = cur
+		p.reqs[k] = cur
 	}
 	for _, r := range m.Started {
 		start(r)
 	}
 	if f := m.Full; f != nil {
 		if f.Part == 0 || f.ID != p.fullID {
-			p.fullID, p.fullGot, p.fullSeen = f.ID, 0, map[string]bool{}
+			p.fullID, p.fullGot, p.fullSeen = f.ID, 0, map[reqKey]bool{}
 		}
 		p.fullGot++
 		for _, r := range m.Started {
-			p.fullSeen[r.ID] = true
+			p.fullSeen[reqKey{r.Worker, r.ID}] = true
 		}
 		if f.Part == f.Parts-1 && p.fullGot == f.Parts {
-			for id, r := range p.reqs {
-				if !p.fullSeen[id] {
-					delete(p.reqs, id)
-					s.cfg.Apply.Finished(r.worker, key(id))
+			for k := range p.reqs {
+				if !p.fullSeen[k] {
+					delete(p.reqs, k)
+					s.cfg.Apply.Finished(k.worker, key(k.id))
 				}
 			}
 			p.fullSeen = nil
 		}
 	}
 	for _, r := range m.First {
-		if cur, ok := p.reqs[r.ID]; ok && !cur.decoding && cur.worker == r.Worker {
+		k := reqKey{r.Worker, r.ID}
+		if cur, ok := p.reqs[k]; ok && !cur.decoding {
 			cur.decoding = true
-			p.reqs[r.ID] = cur
+			p.reqs[k] = cur
 			s.cfg.Apply.FirstToken(r.Worker, key(r.ID))
 		}
 	}
 	for _, r := range m.Finished {
-		if cur, ok := p.reqs[r.ID]; ok && cur.worker == r.Worker {
-			delete(p.reqs, r.ID)
+		k := reqKey{r.Worker, r.ID}
+		if _, ok := p.reqs[k]; ok {
+			delete(p.reqs, k)
 			s.cfg.Apply.Finished(r.Worker, key(r.ID))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 type fakeApplier struct {
 	mu       sync.Mutex
 	inflight map[string]string // request → worker
+	onWorker map[string]int    // "worker request" → prefill blocks, for requests in flight on two workers
 	decoding map[string]bool
 	finished map[string]bool
 	dropped  map[string]bool
@@ -28,30 +29,33 @@ type fakeApplier struct {
 }
 
 func newFake() *fakeApplier {
-	return &fakeApplier{inflight: map[string]string{}, decoding: map[string]bool{}, finished: map[string]bool{},
+	return &fakeApplier{inflight: map[string]string{}, onWorker: map[string]int{}, decoding: map[string]bool{}, finished: map[string]bool{},
 		dropped: map[string]bool{}, approx: map[uint64]string{}}
 }
 
-func (f *fakeApplier) Started(w, id string, _, _ int) {
+func (f *fakeApplier) Started(w, id string, prefill, _ int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inflight[id] = w
+	f.onWorker[w+" "+id] = prefill
 }
 func (f *fakeApplier) FirstToken(_, id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.decoding[id] = true
 }
-func (f *fakeApplier) Finished(_, id string) {
+func (f *fakeApplier) Finished(w, id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.inflight, id)
+	delete(f.onWorker, w+" "+id)
 	f.finished[id] = true
 }
-func (f *fakeApplier) Dropped(_, id string) {
+func (f *fakeApplier) Dropped(w, id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.inflight, id)
+	delete(f.onWorker, w+" "+id)
 	f.dropped[id] = true
 }
 func (f *fakeApplier) RecordApprox(w string, hs []uint64, _ time.Time) {
@@ -184,7 +188,7 @@ func TestLateReplicaConvergesAndDeadOneExpires(t *testing.T) {
 
 	// A finish lost on the wire is healed by the next full set.
 	a.s.mu.Lock()
-	delete(a.s.inflight, "r0")
+	delete(a.s.inflight, reqKey{"w1", "r0"})
 	a.s.mu.Unlock()
 	waitFor(t, "full set reconciles a lost finish", func() bool {
 		return b.f.check(func(f *fakeApplier) bool { return f.finished["fe-a/r0"] })
@@ -275,4 +279,38 @@ func BenchmarkApprox(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestOneRequestOnTwoWorkers: a disaggregated request is in flight on its
+// decode worker (booked at routing, with nothing to prefill) while its
+// prefill runs on another, under one ID. Peers see both, an update of the
+// decode worker's blocks, and finishing the prefill leaves the decode
+// worker's entry, also across a full set.
+func TestOneRequestOnTwoWorkers(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", nil)
+	b := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-b", nil)
+	waitFor(t, "peers see each other", func() bool { return len(a.s.Status().Peers) == 1 && len(b.s.Status().Peers) == 1 })
+
+	a.s.Started("d1", "r1", 0, 12)
+	a.s.Started("p1", "r1", 12, 12)
+	waitFor(t, "b sees r1 on d1 and p1", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return len(f.onWorker) == 2 })
+	})
+	a.s.Finished("p1", "r1")
+	a.s.Started("d1", "r1", 4, 12) // the remote prefill failed: d1 prefills what it lacks
+	waitFor(t, "b sees p1 finished and d1 updated", func() bool {
+		return b.f.check(func(f *fakeApplier) bool {
+			n, ok := f.onWorker["d1 fe-a/r1"]
+			return len(f.onWorker) == 1 && ok && n == 4
+		})
+	})
+	a.s.flush(true)
+	a.s.Started("w9", "marker", 1, 1) // published after the full set, on the same connection
+	waitFor(t, "b applies the full set", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return f.inflight["fe-a/marker"] == "w9" })
+	})
+	if !b.f.check(func(f *fakeApplier) bool { n, ok := f.onWorker["d1 fe-a/r1"]; return ok && n == 4 }) {
+		t.Error("a full set lost r1's entry on d1")
+	}
 }

@@ -84,10 +84,22 @@
 // as having an empty cache, which would degrade kv routing to load
 // balancing.
 //
-// Load is tracked from the frontend's own in-flight requests (Started,
-// FirstToken, Finished) and corrected by the load reports workers publish
-// (ObserveLoad). A tracked request adds the blocks it computes, not its
-// cached prefix, to its worker's decode load. Counting the whole prompt
+// Load is tracked from the frontend's own in-flight requests and corrected
+// by the load reports workers publish (ObserveLoad). A request is counted
+// from its Pick (given Request.ID): Pick books it on the worker it chooses
+// under the same lock as it reads the loads, so concurrent Picks see each
+// other, as Dynamo's and llm-d's routers book at selection. (Counting from
+// the frontend's forward instead let a handler descheduled between the two
+// on a busy host send the next request to a worker that looked idle.)
+// Started confirms or updates the booking: a decode worker whose prompt
+// arrives by KV transfer has nothing to prefill, yet counts as a pending
+// decode while its remote prefill and transfer run. FirstToken and Finished
+// follow; Release gives back a pick the request never followed (the
+// prefill pool's pick when the gate keeps prefill local, a request that
+// failed or was abandoned first). Requests are keyed by worker and ID: a
+// disaggregated request is in flight on its decode and prefill workers at
+// once. A tracked request adds the blocks it computes, not its cached
+// prefix, to its worker's decode load. Counting the whole prompt
 // (as Dynamo's active_decode_blocks does) was tried: at α = 1 it outweighs
 // the saved prefill as soon as two requests share a prefix, and on the e2e
 // bench (5 prefixes, concurrency 4) kv's hit ratio fell from 0.99 to 0.55,

@@ -34,9 +34,15 @@ type tracker struct {
 	reportTTL time.Duration
 	now       func() time.Time
 
-	mu      sync.Mutex // guards workers, reqs and gen
+	// mu guards workers, reqs and gen. Pick holds it from reading the
+	// loads to booking its choice, so that concurrent Picks see each
+	// other's bookings.
+	mu      sync.Mutex
 	workers map[string]*workerLoad
-	reqs    map[string]inflightReq // by request ID
+	// reqs holds the in-flight requests by worker and request ID: a
+	// disaggregated request is booked on its decode and its prefill
+	// worker at once, under one ID.
+	reqs map[reqKey]inflightReq
 	// gen counts deletions from workers: a *workerLoad resolved under
 	// one gen stays the worker's entry while gen is unchanged.
 	gen uint64
@@ -67,15 +73,16 @@ type finishedReq struct {
 // frontend; reports arriving within it after a finish may predate it.
 const reportGrace = 25 * time.Millisecond
 
+type reqKey struct{ worker, id string }
+
 type inflightReq struct {
-	worker   string
 	blocks   int // prefill blocks: queued until the first token, then tracked decode load
 	held     int // blocks the worker's reports count for it while it decodes
 	decoding bool
 }
 
 func newTracker(reportTTL time.Duration, now func() time.Time) *tracker {
-	return &tracker{reportTTL: reportTTL, now: now, workers: map[string]*workerLoad{}, reqs: map[string]inflightReq{}}
+	return &tracker{reportTTL: reportTTL, now: now, workers: map[string]*workerLoad{}, reqs: map[reqKey]inflightReq{}}
 }
 
 func (t *tracker) worker(id string) *workerLoad {
@@ -90,24 +97,37 @@ func (t *tracker) worker(id string) *workerLoad {
 func (t *tracker) started(worker, requestID string, prefillBlocks, promptBlocks int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, dup := t.reqs[requestID]; dup {
+	t.book(worker, requestID, prefillBlocks, promptBlocks)
+}
+
+// book counts a request on worker with prefillBlocks to compute and
+// promptBlocks held once it decodes; for a request already booked there,
+// it updates the blocks until its first token (they are fixed after).
+// t.mu must be held.
+func (t *tracker) book(worker, requestID string, prefillBlocks, promptBlocks int) {
+	k := reqKey{worker, requestID}
+	r, ok := t.reqs[k]
+	if ok && r.decoding {
 		return
 	}
-	t.reqs[requestID] = inflightReq{worker: worker, blocks: prefillBlocks, held: max(promptBlocks, prefillBlocks)}
 	w := t.worker(worker)
-	w.tracked.QueuedPrefillBlocks += prefillBlocks
-	w.tracked.InFlight++
+	if !ok {
+		w.tracked.InFlight++
+	}
+	w.tracked.QueuedPrefillBlocks += prefillBlocks - r.blocks
+	t.reqs[k] = inflightReq{blocks: prefillBlocks, held: max(promptBlocks, prefillBlocks)}
 }
 
 func (t *tracker) firstToken(worker, requestID string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r, ok := t.reqs[requestID]
-	if !ok || r.decoding || r.worker != worker {
+	k := reqKey{worker, requestID}
+	r, ok := t.reqs[k]
+	if !ok || r.decoding {
 		return
 	}
 	r.decoding = true
-	t.reqs[requestID] = r
+	t.reqs[k] = r
 	w := t.worker(worker)
 	w.tracked.QueuedPrefillBlocks -= r.blocks
 	w.tracked.ActiveDecodeBlocks += r.blocks
@@ -149,11 +169,12 @@ func (t *tracker) dropped(worker, requestID string) {
 // it is. It reports false for a request this tracker does not hold for that
 // worker. t.mu must be held.
 func (t *tracker) untrack(worker, requestID string) (inflightReq, *workerLoad, bool) {
-	r, ok := t.reqs[requestID]
-	if !ok || r.worker != worker {
+	k := reqKey{worker, requestID}
+	r, ok := t.reqs[k]
+	if !ok {
 		return inflightReq{}, nil, false
 	}
-	delete(t.reqs, requestID)
+	delete(t.reqs, k)
 	w := t.worker(worker)
 	if r.decoding {
 		w.tracked.ActiveDecodeBlocks -= r.blocks
@@ -192,9 +213,8 @@ func (t *tracker) fill(ws []Worker, now time.Time) {
 // on ws): it looks each worker's entry up by name only when res has none
 // from the current gen, creating entries for workers not seen yet (an
 // empty entry's load is that of an unknown worker).
+// t.mu must be held.
 func (t *tracker) fillResolved(ws []Worker, now time.Time, res *resolved) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	if !res.tok || res.tgen != t.gen {
 		res.loads = res.loads[:0]
 		for i := range ws {
@@ -245,9 +265,9 @@ func (t *tracker) forget(worker string) {
 	defer t.mu.Unlock()
 	delete(t.workers, worker)
 	t.gen++
-	for id, r := range t.reqs {
-		if r.worker == worker {
-			delete(t.reqs, id)
+	for k := range t.reqs {
+		if k.worker == worker {
+			delete(t.reqs, k)
 		}
 	}
 }

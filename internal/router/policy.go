@@ -61,6 +61,10 @@ type Worker struct {
 
 // Request is what a policy decides on.
 type Request struct {
+	// ID identifies the request among those in flight: Pick books it on
+	// the worker it chooses under this ID (see Router.Pick). "" books
+	// nothing.
+	ID           string
 	Hashes       []uint64 // the prompt's block hashes, chained from its cache_salt root
 	PromptTokens int
 	// OutputTokens is the request's max_tokens, which prices its decode

@@ -216,10 +216,18 @@ func (s *scratch) Priced(i int) float64 { return s.priced[i] }
 func (s *scratch) Tiers(i int) kvindex.TierCounts { return s.tiers[i] }
 
 // Pick chooses a worker among candidates for req under the current policy,
-// records the decision in the approximate index and counts it in metrics.
-// The Load of each candidate is replaced by the router's tracked load; the
-// caller's slice is not modified. Cost: one index lookup, one map lookup per
-// block of unhealthy candidates' leading overlap, O(candidates).
+// books req on it when req.ID is set, records the decision in the
+// approximate index and counts it in metrics. The Load of each candidate is
+// replaced by the router's tracked load; the caller's slice is not
+// modified. Cost: one index lookup, one map lookup per block of unhealthy
+// candidates' leading overlap, O(candidates).
+//
+// The booking counts req in its worker's load from the decision on,
+// atomically with it: a concurrent Pick sees it. It is what Started would
+// record for a request that prefills what the worker does not hold: the
+// prompt's blocks less the overlap, and its whole prompt held. The caller
+// must follow it with Started … Finished, or Release if the request never
+// reaches the worker; a Pick without an ID books nothing.
 func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 	if len(candidates) == 0 {
 		return Decision{}, ErrNoWorkers
@@ -232,7 +240,24 @@ func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 		s.res = resolved{}
 	}
 	s.res.prepare(s.ws)
-	r.load.fillResolved(s.ws, now, &s.res)
+	d, err := r.decide(s, req, now)
+	if err != nil {
+		return Decision{}, err
+	}
+	if len(req.Hashes) > 0 && !r.noApprox {
+		r.approx.record(d.Worker, req.Hashes, now)
+	}
+	r.m.observe(d, len(req.Hashes))
+	return d, nil
+}
+
+// decide reads the candidates' loads, picks and books, under the
+// tracker's lock.
+func (r *Router) decide(s *scratch, req *Request, now time.Time) (Decision, error) {
+	t := r.load
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.fillResolved(s.ws, now, &s.res)
 	if r.index != nil {
 		for i, xid := range s.res.indexIDs(r.index) {
 			s.ws[i].Load.CachedBlocks = r.index.HeldBlocks(xid)
@@ -249,13 +274,14 @@ func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 	} else {
 		d, err = p.Pick(req, s.ws, s)
 	}
-	if err != nil {
-		return Decision{}, err
+	if err != nil || req.ID == "" {
+		return d, err
 	}
-	if len(req.Hashes) > 0 && !r.noApprox {
-		r.approx.record(d.Worker, req.Hashes, now)
+	prompt := len(req.Hashes)
+	if req.BlockSize > 0 {
+		prompt = max(prompt, (req.PromptTokens+req.BlockSize-1)/req.BlockSize)
 	}
-	r.m.observe(d, len(req.Hashes))
+	t.book(d.Worker, req.ID, max(0, len(req.Hashes)-d.OverlapBlocks), prompt)
 	return d, nil
 }
 
@@ -350,8 +376,15 @@ func (r *Router) priced(w *Worker, tc kvindex.TierCounts, prompt, bs int) float6
 }
 
 // Started records that a request with prefillBlocks prompt blocks to
-// compute was sent to worker. Calls for one request come in the order
-// Started, FirstToken (at most once), Finished; unknown requests are ignored.
+// compute was sent to worker. Calls for one request on one worker come in
+// the order Pick (optional), Started, FirstToken (at most once), Finished;
+// unknown requests are ignored. A request may be in flight on several
+// workers at once (a disaggregated one's decode and prefill workers).
+//
+// Started on a request Pick booked there confirms the booking, with the
+// blocks given here: a decode worker whose prompt arrives by KV transfer
+// has 0 to compute. A repeated Started updates them likewise, until the
+// first token.
 //
 // promptBlocks is what the request holds on the worker while it decodes,
 // cached prefix included: the worker's load reports count that, so it is
@@ -372,6 +405,22 @@ func (r *Router) Finished(worker, requestID string) { r.load.finished(worker, re
 // of another frontend replica that went away, whose load reports may still
 // count them or not.
 func (r *Router) Dropped(worker, requestID string) { r.load.dropped(worker, requestID) }
+
+// Release takes back a request Pick booked on worker that was never sent
+// there: the router chose another path, or the request failed or was
+// abandoned before it. Unlike Finished it does not correct the worker's load
+// reports, which never counted it. Releasing an unknown or finished request
+// does nothing.
+func (r *Router) Release(worker, requestID string) { r.load.dropped(worker, requestID) }
+
+// InFlight returns how many requests the router holds in flight, over
+// all workers: booked or started, not yet finished, released or dropped
+// (a request on two workers counts twice).
+func (r *Router) InFlight() int {
+	r.load.mu.Lock()
+	defer r.load.mu.Unlock()
+	return len(r.load.reqs)
+}
 
 // RecordApprox records, in the approximate index, that hashes were sent to
 // worker at at: a decision another frontend replica made.

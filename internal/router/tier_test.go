@@ -8,7 +8,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/perfmodel"
 )
 
-func h100Profile(t *testing.T) bus.Profile {
+func h100Profile(t testing.TB) bus.Profile {
 	t.Helper()
 	m, err := perfmodel.LookupModel("llama-3.1-8b")
 	if err != nil {

@@ -74,3 +74,20 @@ func TestGateLinkEstimateAtLineRate(t *testing.T) {
 		}
 	}
 }
+
+// TestRouterCountsNothingAfterRun: every request the router booked at
+// Pick on this busy disaggregated cluster, decode and prefill pools alike,
+// was started and finished or released by the end: the local prefills
+// released their prefill pick, the remote ones kept both.
+func TestRouterCountsNothingAfterRun(t *testing.T) {
+	c := busy70b(t, 100, linkemu.Rate(25e9/8), gate.ModeAuto)
+	s := runSimulator(t, &c)
+	_, local := ttftError(s.recs, "local")
+	_, remote := ttftError(s.recs, "remote")
+	if local == 0 || remote == 0 {
+		t.Fatalf("%d local and %d remote prefills, want some of each", local, remote)
+	}
+	if n := s.router.InFlight(); n != 0 {
+		t.Errorf("router holds %d requests in flight after the run, want 0", n)
+	}
+}

@@ -236,6 +236,7 @@ type request struct {
 	overlapD int
 	decode   *worker
 	prefill  *worker // set while the remote prefill runs or transfers
+	remote   bool    // its prompt's KV comes from a remote prefill
 	rec      *bench.Record
 }
 
@@ -628,7 +629,9 @@ func (s *simulator) arrive(i int) {
 	s.reqs[i] = r
 	*r.rec = bench.Record{Index: it.Index, Group: it.Group, StartS: s.toWall(s.now), InputTokens: len(prompt),
 		SharedTokens: it.SharedTokens, MaxTokens: it.MaxTokens}
-	rq := &router.Request{Hashes: s.hbuf, PromptTokens: len(prompt), OutputTokens: it.MaxTokens, BlockSize: s.bs}
+	// Each Pick books r on its worker, as live: released below if r does
+	// not go there.
+	rq := &router.Request{ID: r.id, Hashes: s.hbuf, PromptTokens: len(prompt), OutputTokens: it.MaxTokens, BlockSize: s.bs}
 	dec, err := s.router.Pick(rq, s.decode)
 	if err != nil {
 		s.fail(r, 503, "router", err.Error())
@@ -654,12 +657,16 @@ func (s *simulator) arrive(i int) {
 	pred := float64(gd.Predicted()) / float64(time.Millisecond)
 	r.rec.PredictedTTFTMs, r.rec.DisaggReason = &pred, string(gd.Reason)
 	if gd.Choice != gate.ChoiceRemote {
+		s.router.Release(p.id, r.id)
 		r.rec.Prefill = "local"
 		s.forward(r, prompt, s.hbuf)
 		return
 	}
 	r.rec.Prefill = "remote"
-	s.router.Started(p.id, r.id, r.blocks, r.blocks)
+	// d stays counted while the KV crosses, with nothing to prefill.
+	promptBlocks := (len(prompt) + s.bs - 1) / s.bs
+	s.router.Started(d.id, r.id, 0, promptBlocks)
+	s.router.Started(p.id, r.id, max(0, r.blocks-pdec.OverlapBlocks), promptBlocks)
 	if _, err := p.core.Add(sim.Request{ID: r.id, Tokens: prompt, Hashes: s.hbuf, Pin: true, Tag: i}, s.now); err != nil {
 		// Live: the remote prefill fails and the frontend prefills locally.
 		s.router.Finished(p.id, r.id)
@@ -667,7 +674,7 @@ func (s *simulator) arrive(i int) {
 		s.forward(r, prompt, s.hbuf)
 		return
 	}
-	r.prefill = p
+	r.prefill, r.remote = p, true
 	s.kick(p, s.now)
 }
 
@@ -677,7 +684,11 @@ func (s *simulator) arrive(i int) {
 func (s *simulator) forward(r *request, prompt []uint32, hashes []uint64) {
 	d := r.decode
 	it := &s.cfg.Items[r.idx]
-	s.router.Started(d.id, r.id, max(0, r.blocks-r.overlapD), (len(prompt)+s.bs-1)/s.bs)
+	pb := max(0, r.blocks-r.overlapD)
+	if r.remote {
+		pb = 0 // the KV came by transfer
+	}
+	s.router.Started(d.id, r.id, pb, (len(prompt)+s.bs-1)/s.bs)
 	if _, err := d.core.Add(sim.Request{ID: r.id, Tokens: prompt, Hashes: hashes, MaxTokens: it.MaxTokens, Tag: r.idx}, s.now); err != nil {
 		s.router.Finished(d.id, r.id)
 		s.fail(r, 400, "http_400", err.Error())
