@@ -319,28 +319,17 @@ func (x *Index) matchRun(hashes []uint64, lines, nexts []*line, alive []WorkerID
 		s := x.shardOf(k)
 		s1 := s.seq.Load()
 		// line.scan, inlined by hand (it is over the compiler's budget):
-		// the call cost ~5 ns a block with its spills.
+		// the call cost ~5 ns a block with its spills. The line is loaded
+		// once for the head and the continuation; pick and full inline.
 		l := lines[j]
 		k0, k1, k2, k3 := l[0].loadKey(), l[1].loadKey(), l[2].loadKey(), l[3].loadKey()
 		v0, v1, v2, v3 := l[0].loadVal(), l[1].loadVal(), l[2].loadVal(), l[3].loadVal()
-		hv := uint64(0)
-		if k3 == k {
-			hv = v3
-		}
-		if k2 == k {
-			hv = v2
-		}
-		if k1 == k {
-			hv = v1
-		}
-		if k0 == k {
-			hv = v0
-		}
 		// hv == 0 when k is not in the line: no head value is 0 (lane 3
 		// holds the set size), so no separate hit flag is needed. Whether
 		// the line is full is only asked then: as a branch in the common
 		// path it mispredicted on every other block.
-		if hv == 0 && k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 {
+		hv := pick(k, k0, k1, k2, k3, v0, v1, v2, v3)
+		if hv == 0 && full(k0, k1, k2, k3) {
 			hv = x.probeOn(s, l, nexts[j], k)
 		}
 		n := hv >> 48
@@ -351,19 +340,8 @@ func (x *Index) matchRun(hashes []uint64, lines, nexts []*line, alive []WorkerID
 		if n > idsPerSlot {
 			// The continuation shares the head's home line (see contKey).
 			ck := contKey(k, 1, x.topMask)
-			if k3 == ck {
-				cv = v3
-			}
-			if k2 == ck {
-				cv = v2
-			}
-			if k1 == ck {
-				cv = v1
-			}
-			if k0 == ck {
-				cv = v0
-			}
-			if cv == 0 && k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 {
+			cv = pick(ck, k0, k1, k2, k3, v0, v1, v2, v3)
+			if cv == 0 && full(k0, k1, k2, k3) {
 				cv = x.probeOn(s, l, nexts[j], ck)
 			}
 			if cv == 0 {

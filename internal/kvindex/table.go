@@ -182,6 +182,18 @@ func (t *table) lineOf(k uint64) *line {
 func (l *line) scan(k uint64) (v uint64, ok bool) {
 	k0, k1, k2, k3 := l[0].loadKey(), l[1].loadKey(), l[2].loadKey(), l[3].loadKey()
 	v0, v1, v2, v3 := l[0].loadVal(), l[1].loadVal(), l[2].loadVal(), l[3].loadVal()
+	v = pick(k, k0, k1, k2, k3, v0, v1, v2, v3)
+	hit := b2u(k0 == k) | b2u(k1 == k) | b2u(k2 == k) | b2u(k3 == k)
+	gap := b2u(k0 == 0) | b2u(k1 == 0) | b2u(k2 == 0) | b2u(k3 == 0)
+	return v, hit|gap != 0
+}
+
+// pick returns the value beside key k among a line's four loaded keys
+// (k0-k3) and values (v0-v3), or 0 if k is not there. It compiles to
+// conditional moves, without a branch on which slot holds k, and is small
+// enough to inline: matchRun keeps the eight words in registers.
+func pick(k, k0, k1, k2, k3, v0, v1, v2, v3 uint64) uint64 {
+	v := uint64(0)
 	if k3 == k {
 		v = v3
 	}
@@ -194,10 +206,11 @@ func (l *line) scan(k uint64) (v uint64, ok bool) {
 	if k0 == k {
 		v = v0
 	}
-	hit := b2u(k0 == k) | b2u(k1 == k) | b2u(k2 == k) | b2u(k3 == k)
-	gap := b2u(k0 == 0) | b2u(k1 == 0) | b2u(k2 == 0) | b2u(k3 == 0)
-	return v, hit|gap != 0
+	return v
 }
+
+// full reports whether none of a line's four loaded keys is empty.
+func full(k0, k1, k2, k3 uint64) bool { return k0 != 0 && k1 != 0 && k2 != 0 && k3 != 0 }
 
 func b2u(b bool) uint64 {
 	if b {
