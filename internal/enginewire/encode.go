@@ -2,7 +2,8 @@ package enginewire
 
 import (
 	"encoding/binary"
-	"math"
+
+	"github.com/switchyard-llm/switchyard/internal/msgpack"
 )
 
 // Layout chooses which of the engines' payload shapes AppendBatch writes.
@@ -29,26 +30,26 @@ func AppendBatch(dst []byte, b *Batch, l Layout) []byte {
 			n++
 		}
 		dst = append(dst, 0x80|byte(n))
-		dst = appendStr(dst, "ts")
-		dst = appendFloat(dst, b.TS)
-		dst = appendStr(dst, "events")
+		dst = msgpack.AppendStr(dst, "ts")
+		dst = msgpack.AppendFloat(dst, b.TS)
+		dst = msgpack.AppendStr(dst, "events")
 	} else {
 		n := 2
 		if b.HasDPRank {
 			n++
 		}
 		dst = append(dst, 0x90|byte(n))
-		dst = appendFloat(dst, b.TS)
+		dst = msgpack.AppendFloat(dst, b.TS)
 	}
-	dst = appendArrayHdr(dst, len(b.Events))
+	dst = msgpack.AppendArrayHeader(dst, len(b.Events))
 	for i := range b.Events {
 		dst = appendEvent(dst, &b.Events[i], l)
 	}
 	if b.HasDPRank {
 		if l.MapBatch {
-			dst = appendStr(dst, "data_parallel_rank")
+			dst = msgpack.AppendStr(dst, "data_parallel_rank")
 		}
-		dst = appendInt(dst, int64(b.DPRank))
+		dst = msgpack.AppendInt(dst, int64(b.DPRank))
 	}
 	return dst
 }
@@ -59,7 +60,7 @@ func appendEvent(dst []byte, e *Event, l Layout) []byte {
 		put  func([]byte) []byte
 	}
 	hashes := func(d []byte) []byte {
-		d = appendArrayHdr(d, len(e.BlockHashes))
+		d = msgpack.AppendArrayHeader(d, len(e.BlockHashes))
 		for _, h := range e.BlockHashes {
 			d = appendHash(d, h, l.BinHashes)
 		}
@@ -67,9 +68,9 @@ func appendEvent(dst []byte, e *Event, l Layout) []byte {
 	}
 	medium := func(d []byte) []byte {
 		if e.Medium == MediumUnknown {
-			return appendStr(d, e.MediumName)
+			return msgpack.AppendStr(d, e.MediumName)
 		}
-		return appendStr(d, e.Medium.String())
+		return msgpack.AppendStr(d, e.Medium.String())
 	}
 	var fields []field
 	switch e.Kind {
@@ -81,17 +82,17 @@ func appendEvent(dst []byte, e *Event, l Layout) []byte {
 			return appendHash(d, e.Parent, l.BinHashes)
 		}
 		tokens := func(d []byte) []byte {
-			d = appendArrayHdr(d, len(e.TokenIDs))
+			d = msgpack.AppendArrayHeader(d, len(e.TokenIDs))
 			for _, t := range e.TokenIDs {
-				d = appendInt(d, int64(t))
+				d = msgpack.AppendInt(d, int64(t))
 			}
 			return d
 		}
 		fields = []field{{"block_hashes", hashes}, {"parent_block_hash", parent}, {"token_ids", tokens},
-			{"block_size", func(d []byte) []byte { return appendInt(d, int64(e.BlockSize)) }},
+			{"block_size", func(d []byte) []byte { return msgpack.AppendInt(d, int64(e.BlockSize)) }},
 			{"lora_id", nil}, {"medium", medium}}
 		if e.LoraName != "" {
-			fields = append(fields, field{"lora_name", func(d []byte) []byte { return appendStr(d, e.LoraName) }})
+			fields = append(fields, field{"lora_name", func(d []byte) []byte { return msgpack.AppendStr(d, e.LoraName) }})
 		}
 		if e.RawExtraKeys != nil {
 			for len(fields) < 7 {
@@ -103,8 +104,8 @@ func appendEvent(dst []byte, e *Event, l Layout) []byte {
 		fields = []field{{"block_hashes", hashes}, {"medium", medium}}
 	}
 	if l.ArrayEvents {
-		dst = appendArrayHdr(dst, 1+len(fields))
-		dst = appendStr(dst, e.Kind.String())
+		dst = msgpack.AppendArrayHeader(dst, 1+len(fields))
+		dst = msgpack.AppendStr(dst, e.Kind.String())
 		for _, f := range fields {
 			if f.put == nil {
 				dst = append(dst, 0xc0)
@@ -121,11 +122,11 @@ func appendEvent(dst []byte, e *Event, l Layout) []byte {
 		}
 	}
 	dst = append(dst, 0x80|byte(n))
-	dst = appendStr(dst, "type")
-	dst = appendStr(dst, e.Kind.String())
+	dst = msgpack.AppendStr(dst, "type")
+	dst = msgpack.AppendStr(dst, e.Kind.String())
 	for _, f := range fields {
 		if f.put != nil {
-			dst = appendStr(dst, f.name)
+			dst = msgpack.AppendStr(dst, f.name)
 			dst = f.put(dst)
 		}
 	}
@@ -138,70 +139,17 @@ func appendHash(dst []byte, h uint64, asBin bool) []byte {
 		dst = append(dst, make([]byte, 24)...)
 		return binary.BigEndian.AppendUint64(dst, h)
 	}
-	return appendUint(dst, h)
-}
-
-func appendArrayHdr(dst []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(dst, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return append(dst, 0xdc, byte(n>>8), byte(n))
-	}
-	return append(dst, 0xdd, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-}
-
-func appendUint(dst []byte, v uint64) []byte {
-	switch {
-	case v < 0x80:
-		return append(dst, byte(v))
-	case v <= math.MaxUint8:
-		return append(dst, 0xcc, byte(v))
-	case v <= math.MaxUint16:
-		return append(dst, 0xcd, byte(v>>8), byte(v))
-	case v <= math.MaxUint32:
-		return append(dst, 0xce, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
-	}
-	return binary.BigEndian.AppendUint64(append(dst, 0xcf), v)
-}
-
-func appendInt(dst []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(dst, uint64(v))
-	case v >= -32:
-		return append(dst, byte(v))
-	}
-	return binary.BigEndian.AppendUint64(append(dst, 0xd3), uint64(v))
-}
-
-func appendFloat(dst []byte, v float64) []byte {
-	return binary.BigEndian.AppendUint64(append(dst, 0xcb), math.Float64bits(v))
-}
-
-func appendStr(dst []byte, s string) []byte {
-	n := len(s)
-	switch {
-	case n < 32:
-		dst = append(dst, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		dst = append(dst, 0xd9, byte(n))
-	case n <= math.MaxUint16:
-		dst = append(dst, 0xda, byte(n>>8), byte(n))
-	default:
-		dst = append(dst, 0xdb, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	}
-	return append(dst, s...)
+	return msgpack.AppendUint(dst, h)
 }
 
 // AppendExtraKeys encodes extra_keys with the salt on the first block, as
 // vLLM does for a request with cache_salt, for n blocks.
 func AppendExtraKeys(dst []byte, salt string, n int) []byte {
-	dst = appendArrayHdr(dst, n)
+	dst = msgpack.AppendArrayHeader(dst, n)
 	for i := 0; i < n; i++ {
 		if i == 0 && salt != "" {
 			dst = append(dst, 0x91)
-			dst = appendStr(dst, salt)
+			dst = msgpack.AppendStr(dst, salt)
 		} else {
 			dst = append(dst, 0xc0)
 		}

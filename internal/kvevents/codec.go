@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/switchyard-llm/switchyard/internal/msgpack"
 )
 
 // Wire format, version 1. Every message is one MessagePack array whose first
@@ -51,26 +53,26 @@ var errMalformed = errors.New("kvevents: malformed message")
 
 // AppendBatch appends b's encoding to dst and returns the extended slice.
 func AppendBatch(dst []byte, b *Batch) []byte {
-	dst = appendArray(dst, 7)
-	dst = appendUint(dst, wireVersion)
-	dst = appendStr(dst, b.WorkerID)
-	dst = appendUint(dst, b.Epoch)
-	dst = appendUint(dst, b.Seq)
-	dst = appendInt(dst, b.UnixNano)
-	dst = appendBool(dst, b.Heartbeat)
-	dst = appendArray(dst, len(b.Events))
+	dst = msgpack.AppendArrayHeader(dst, 7)
+	dst = msgpack.AppendUint(dst, wireVersion)
+	dst = msgpack.AppendStr(dst, b.WorkerID)
+	dst = msgpack.AppendUint(dst, b.Epoch)
+	dst = msgpack.AppendUint(dst, b.Seq)
+	dst = msgpack.AppendInt(dst, b.UnixNano)
+	dst = msgpack.AppendBool(dst, b.Heartbeat)
+	dst = msgpack.AppendArrayHeader(dst, len(b.Events))
 	for i := range b.Events {
 		e := &b.Events[i]
 		if e.Kind == Cleared {
-			dst = appendArray(dst, 3)
+			dst = msgpack.AppendArrayHeader(dst, 3)
 		} else {
-			dst = appendArray(dst, 4)
+			dst = msgpack.AppendArrayHeader(dst, 4)
 		}
-		dst = appendUint(dst, uint64(e.Kind))
-		dst = appendUint(dst, e.Parent)
+		dst = msgpack.AppendUint(dst, uint64(e.Kind))
+		dst = msgpack.AppendUint(dst, e.Parent)
 		dst = appendUints(dst, e.Hashes)
 		if e.Kind != Cleared {
-			dst = appendStr(dst, e.Medium.String())
+			dst = msgpack.AppendStr(dst, e.Medium.String())
 		}
 	}
 	return dst
@@ -173,21 +175,21 @@ type TierHashes struct {
 // AppendSnapshot appends s's encoding to dst.
 func AppendSnapshot(dst []byte, s *Snapshot) []byte {
 	if len(s.Lower) == 0 {
-		dst = appendArray(dst, 6)
+		dst = msgpack.AppendArrayHeader(dst, 6)
 	} else {
-		dst = appendArray(dst, 7)
+		dst = msgpack.AppendArrayHeader(dst, 7)
 	}
-	dst = appendUint(dst, wireVersion)
-	dst = appendStr(dst, s.WorkerID)
-	dst = appendUint(dst, s.Epoch)
-	dst = appendUint(dst, s.Seq)
+	dst = msgpack.AppendUint(dst, wireVersion)
+	dst = msgpack.AppendStr(dst, s.WorkerID)
+	dst = msgpack.AppendUint(dst, s.Epoch)
+	dst = msgpack.AppendUint(dst, s.Seq)
 	dst = appendUints(dst, s.Hashes)
-	dst = appendStr(dst, s.Err)
+	dst = msgpack.AppendStr(dst, s.Err)
 	if len(s.Lower) > 0 {
-		dst = appendArray(dst, len(s.Lower))
+		dst = msgpack.AppendArrayHeader(dst, len(s.Lower))
 		for _, l := range s.Lower {
-			dst = appendArray(dst, 2)
-			dst = appendStr(dst, l.Medium.String())
+			dst = msgpack.AppendArrayHeader(dst, 2)
+			dst = msgpack.AppendStr(dst, l.Medium.String())
 			dst = appendUints(dst, l.Hashes)
 		}
 	}
@@ -235,71 +237,12 @@ func DecodeSnapshot(data []byte, s *Snapshot) error {
 	return nil
 }
 
-func appendArray(dst []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(dst, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return append(dst, mpArr16, byte(n>>8), byte(n))
-	}
-	return append(dst, mpArr32, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-}
-
-func appendUint(dst []byte, v uint64) []byte {
-	switch {
-	case v < 0x80:
-		return append(dst, byte(v))
-	case v <= math.MaxUint8:
-		return append(dst, mpUint8, byte(v))
-	case v <= math.MaxUint16:
-		return append(dst, mpUint16, byte(v>>8), byte(v))
-	case v <= math.MaxUint32:
-		return append(dst, mpUint32, byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
-	}
-	return append(dst, mpUint64, byte(v>>56), byte(v>>48), byte(v>>40), byte(v>>32),
-		byte(v>>24), byte(v>>16), byte(v>>8), byte(v))
-}
-
 func appendUints(dst []byte, vs []uint64) []byte {
-	dst = appendArray(dst, len(vs))
+	dst = msgpack.AppendArrayHeader(dst, len(vs))
 	for _, v := range vs {
-		dst = appendUint(dst, v)
+		dst = msgpack.AppendUint(dst, v)
 	}
 	return dst
-}
-
-func appendInt(dst []byte, v int64) []byte {
-	switch {
-	case v >= 0:
-		return appendUint(dst, uint64(v))
-	case v >= -32:
-		return append(dst, byte(v))
-	}
-	u := uint64(v)
-	return append(dst, mpInt64, byte(u>>56), byte(u>>48), byte(u>>40), byte(u>>32),
-		byte(u>>24), byte(u>>16), byte(u>>8), byte(u))
-}
-
-func appendBool(dst []byte, v bool) []byte {
-	if v {
-		return append(dst, mpTrue)
-	}
-	return append(dst, mpFalse)
-}
-
-func appendStr(dst []byte, s string) []byte {
-	n := len(s)
-	switch {
-	case n < 32:
-		dst = append(dst, 0xa0|byte(n))
-	case n <= math.MaxUint8:
-		dst = append(dst, mpStr8, byte(n))
-	case n <= math.MaxUint16:
-		dst = append(dst, mpStr16, byte(n>>8), byte(n))
-	default:
-		dst = append(dst, mpStr32, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
-	}
-	return append(dst, s...)
 }
 
 // decoder reads msgpack values with a sticky error: after the first failure

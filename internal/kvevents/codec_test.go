@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/msgpack"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -148,7 +150,7 @@ func TestUnknownMedium(t *testing.T) {
 			b := Batch{WorkerID: "w", Epoch: 1, Seq: 1, Events: []Event{{Kind: Stored, Parent: 1, Hashes: []uint64{2}}}}
 			data := AppendBatch(nil, &b)
 			// Swap the encoded "GPU" (a3 'G' 'P' 'U', last) for the medium.
-			data = appendStr(data[:len(data)-4], tt.medium)
+			data = msgpack.AppendStr(data[:len(data)-4], tt.medium)
 			var got Batch
 			if err := DecodeBatch(data, &got); err != nil {
 				t.Fatal(err)
