@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -89,8 +90,9 @@ func readAggregate(t *testing.T, path string) simAggregate {
 }
 
 // agreement runs one trace through bench against `up` and through
-// simulate with the same engine flags, checks the simulated report against
-// bench's schema, and returns both aggregates.
+// simulate with the same engine flags and --compare on the live report
+// (which must accept it as the same workload and print its table), checks
+// the simulated report against bench's schema, and returns both aggregates.
 func agreement(t *testing.T, engine, workload []string) (live, sim simAggregate, livePath, simPath string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -100,10 +102,13 @@ func agreement(t *testing.T, engine, workload []string) (live, sim simAggregate,
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("bench trace: %v\n%s", err, b)
 	}
-	cmd = exec.Command(binary(t), append(append([]string{"simulate", "--router", "kv", "--json", simPath}, engine...), workload...)...)
+	cmd = exec.Command(binary(t), append(append([]string{"simulate", "--router", "kv", "--json", simPath, "--compare", livePath}, engine...), workload...)...)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("simulate: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), "live vs simulated") {
+		t.Errorf("simulate --compare printed no comparison:\n%s", b)
 	}
 
 	// The simulated report is bench's report: it passes bench's schema.
@@ -129,9 +134,8 @@ func within(t *testing.T, what string, got, want, rel float64) {
 }
 
 // TestSimulateAgreesWithLive replays the same traces through bench against
-// `up` and through `simulate`, with --speedup and --time-scale lining
-// virtual and wall time up (the engines see the traces' own arrival
-// rates), and checks that they agree. The margins are wider than the
+// `up` and through `simulate` with the same --speedup and --time-scale, and
+// checks that they agree. The margins are wider than the
 // README's 15% because the live side runs faster than real time on two
 // shared, noisy cores with 150 requests, where a few requests move a
 // percentile; the README's validation uses 1× speed and up to 1,000
@@ -142,31 +146,39 @@ func TestSimulateAgreesWithLive(t *testing.T) {
 	}
 
 	t.Run("mooncake", func(t *testing.T) {
-		// 2×, not 4×: the Mooncake slice's 30k-40k-token prefills keep the
-		// live engines' cores busy, and at 4× on CI's loaded box they fell
+		// Requests 3400-3549: the trace's first requests reuse almost no
+		// prefix (requests 0-149: a hit ratio made by 5 requests, one of
+		// them a third of it), these do (33-36 requests, none over 11% of
+		// the cached tokens), so the hit ratio is compared as a ratio.
+		// 2×, not 4×: the slice's 30k-40k-token prefills keep the live
+		// engines' cores busy, and at 4× on CI's loaded box they fell
 		// behind their schedule (switchyard_worker_pacing_lag_seconds):
 		// live TTFT p50 came in 22-45% above the simulation's, against
-		// 4-18% at 1× and 2× in the README's runs.
-		slo := []string{"--time-scale", "0.5", "--ttft-slo", "1s", "--itl-slo", "50ms"}
-		live, sim, _, _ := agreement(t, engine("2"), append([]string{"--trace", mooncakeTrace, "--format", "mooncake", "--max-requests", "150"}, slo...))
-		within(t, "TTFT p50", *sim.TTFTP50S, *live.TTFTP50S, 0.35)
+		// 4-18% at 1× and 2× in the README's runs. --time-scale 1 (half
+		// the trace's rate at 2×: workers ~77% busy simulated) rather than
+		// 0.5 (~94%): at 0.5 live goodput fell 4-17% below the
+		// simulation's in three runs on a box at load 10-13, as the live
+		// engines fell behind; at 1 it agreed within 1% (38 s against 23 s).
+		slo := []string{"--time-scale", "1", "--ttft-slo", "1s", "--itl-slo", "50ms"}
+		live, sim, _, _ := agreement(t, engine("2"), append([]string{"--trace", mooncakeTrace, "--format", "mooncake",
+			"--skip", "3400", "--max-requests", "150"}, slo...))
+		// The p50 request (~130 ms simulated) is short, so live's fixed
+		// overhead (HTTP, JSON, SSE, timer wake-ups on busy cores: 5-35 ms
+		// measured) is a large share of it: live must lie between 0.9 ×
+		// the simulation and 100 ms above it.
+		if l, s := *live.TTFTP50S, *sim.TTFTP50S; !(l >= 0.9*s && l <= s+0.100) {
+			t.Errorf("TTFT p50: live %.4f s, sim %.4f s: want live within [0.9 × sim, sim + 100 ms]", l, s)
+		}
 		// p99 of 150 requests is the second-slowest request: on CI's two
 		// busy cores one late timer moves it (a 20-40% swing was seen
 		// between live runs), so only a gross disagreement fails here.
 		within(t, "TTFT p99", *sim.TTFTP99S, *live.TTFTP99S, 0.6)
 		within(t, "goodput", sim.GoodputRPS, live.GoodputRPS, 0.25)
-		// This slice's hit ratio rests on a handful of 10k-30k-token hits
-		// whose placement turns on the load at their arrival (ties now
-		// break alike live and simulated, but the loads differ by the
-		// arrival order of near-simultaneous requests and by report
-		// timing; live alone measured 0.036-0.075 over runs on a busy
-		// machine, and a 0.041 gap between live and simulated failed a
-		// 0.04 bound), so it is compared loosely
-		// here: both must find reuse, and not wildly different amounts.
-		// The shared-prefix trace below compares hit ratios properly.
-		if sim.HitRatio <= 0 || live.HitRatio <= 0 || math.Abs(sim.HitRatio-live.HitRatio) > 0.06 {
-			t.Errorf("hit ratio: sim %.3f, live %.3f: want both above 0 and at most 0.06 apart", sim.HitRatio, live.HitRatio)
-		}
+		// Where kv places a prefix turns on the load at its arrival, which
+		// the seed's report phases scatter (simulated 0.214-0.234 over
+		// seeds 1-8; live 0.232-0.245 in three runs) and live arrival
+		// order moves further.
+		within(t, "hit ratio", sim.HitRatio, live.HitRatio, 0.25)
 	})
 
 	t.Run("shared-prefixes", func(t *testing.T) {
