@@ -289,8 +289,11 @@ type simulator struct {
 	buf       []uint32 // a prompt: item ready-1's, when ready > 0
 	hbuf      []uint64 // its block hashes, when ready > 0
 	ready     int
-	stack     []int // due's
-	shared    int   // windows that ran more than one worker ahead
+	prompts   [2]promptBuf // materialise's, by item parity
+	stack     []int        // due's
+	shared    int          // windows that ran more than one worker ahead
+	windowed  bool         // a windowed run: forward leaves its kick to the next window
+	kicked    []*worker    // workers an arrival was forwarded to, in a windowed run
 	nEvents   int64
 	gapStride int // keep every gapStride-th inter-token gap for the ITL percentiles
 }
@@ -471,17 +474,17 @@ func (s *simulator) conserve() error {
 	return nil
 }
 
-// horizon is how far worker w may run without stopping: the next arrival,
-// the next link completion or prefill step end (either can hand it a
-// request), and its next load report (which must see the step then in
-// progress, not the end of a longer jump).
-func (s *simulator) horizon(w *worker) time.Duration {
+// horizon is how far worker w may run without stopping while item next is
+// the next to arrive: that arrival, the next link completion or prefill
+// step end (either can hand it a request), and its next load report (which
+// must see the step then in progress, not the end of a longer jump).
+func (s *simulator) horizon(w *worker, next int) time.Duration {
 	h := time.Duration(math.MaxInt64)
 	if w.ticking {
 		h = w.nextReport
 	}
-	if s.next < len(s.cfg.Items) {
-		h = min(h, s.arrivalAt(s.next))
+	if next < len(s.cfg.Items) {
+		h = min(h, s.arrivalAt(next))
 	}
 	for _, l := range s.links {
 		if len(l.flows) > 0 {
@@ -505,13 +508,16 @@ func (s *simulator) horizon(w *worker) time.Duration {
 // them for many workers at once.
 
 // kick starts w's next step (or jump) if it has work and none is running.
-func (s *simulator) kick(w *worker, now time.Duration) {
+func (s *simulator) kick(w *worker, now time.Duration) { s.kickBefore(w, now, s.next) }
+
+// kickBefore is kick while item next is the next to arrive.
+func (s *simulator) kickBefore(w *worker, now time.Duration, next int) {
 	if w.stepping {
 		return
 	}
 	w.core.CatchUp(now)
 	s.startTicking(w, now)
-	dt, dels := w.core.Advance(s.horizon(w))
+	dt, dels := w.core.Advance(s.horizon(w, next))
 	if dt == 0 {
 		return
 	}
@@ -683,28 +689,57 @@ func (s *simulator) arrive(i int) {
 // or nil for the engine to compute.
 func (s *simulator) forward(r *request, prompt []uint32, hashes []uint64) {
 	d := r.decode
-	it := &s.cfg.Items[r.idx]
 	pb := max(0, r.blocks-r.overlapD)
 	if r.remote {
 		pb = 0 // the KV came by transfer
 	}
 	s.router.Started(d.id, r.id, pb, (len(prompt)+s.bs-1)/s.bs)
-	if _, err := d.core.Add(sim.Request{ID: r.id, Tokens: prompt, Hashes: hashes, MaxTokens: it.MaxTokens, Tag: r.idx}, s.now); err != nil {
-		s.router.Finished(d.id, r.id)
-		s.fail(r, 400, "http_400", err.Error())
+	if s.windowed {
+		// The rest is d's own business: the next window runs it ahead
+		// (window.go).
+		d.added = pending{r, prompt, hashes, s.now, s.next}
+		s.kicked = append(s.kicked, d)
 		return
 	}
-	s.kick(d, s.now)
+	s.add(d, pending{r, prompt, hashes, s.now, s.next})
+}
+
+// pending is a request forwarded to a worker: its prompt and block hashes,
+// when, and which item was then the next to arrive.
+type pending struct {
+	r      *request
+	prompt []uint32
+	hashes []uint64
+	at     time.Duration
+	next   int
+}
+
+// add queues p's request on d and starts d's step, as forward does.
+func (s *simulator) add(d *worker, p pending) {
+	r := p.r
+	it := &s.cfg.Items[r.idx]
+	if _, err := d.core.Add(sim.Request{ID: r.id, Tokens: p.prompt, Hashes: p.hashes, MaxTokens: it.MaxTokens, Tag: r.idx}, p.at); err != nil {
+		s.effect(d, effect{kind: fxFinished, req: r.id})
+		s.failed(r, 400, "http_400", err.Error())
+		s.effect(d, effect{kind: fxDone})
+		return
+	}
+	s.kickBefore(d, p.at, p.next)
 }
 
 func (s *simulator) fail(r *request, status int, kind, msg string) {
+	s.failed(r, status, kind, msg)
+	s.finished++
+	s.lastDone = max(s.lastDone, s.now)
+}
+
+// failed records r's failure; the caller counts it.
+func (s *simulator) failed(r *request, status int, kind, msg string) {
 	r.rec.Status, r.rec.Outcome, r.rec.ErrorKind, r.rec.ErrorMsg = status, bench.OutcomeError, kind, msg
 	if status == 503 || status == 429 {
 		r.rec.Outcome = bench.OutcomeRejected
 	}
 	s.reqs[r.idx] = nil
-	s.finished++
-	s.lastDone = max(s.lastDone, s.now)
 }
 
 // deliver hands w's delivery d to its request. Prefill workers run in

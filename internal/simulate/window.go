@@ -35,7 +35,11 @@ import (
 //     queueing the events they queue with fresh seqs, exactly as the serial
 //     loop would have made them. Whatever the order of the index's or the
 //     router's insides, they see the serial run's calls in the serial order.
-//  3. the arrival, serially.
+//  3. the arrival, serially, up to the router's Started: queueing the
+//     request on its worker's core and starting the worker's step are the
+//     worker's own business, so the next window runs them ahead first and
+//     replays their effects first, where the serial run makes them (in the
+//     arrival, before anything later).
 //
 // A worker's own events pop in the order it ran them: two of its events due
 // at the same time pop by seq, which follows the order they were queued in,
@@ -78,6 +82,9 @@ type effects struct {
 	next    int
 	logged  int
 	window  uint64 // the last window the worker ran ahead in
+
+	// The request forward left to the next window (r nil: none).
+	added pending
 }
 
 // effect makes f now or, when w is logging, logs it for the replay.
@@ -140,9 +147,15 @@ func (w *worker) nextOwn() (uint8, time.Duration, bool) {
 	return 0, 0, false
 }
 
-// ahead runs w's events due at or before until, logging their effects.
+// ahead runs w's events due at or before until, logging their effects,
+// after the kick an arrival left it.
 func (s *simulator) ahead(w *worker, until time.Duration) {
 	w.logging = true
+	if w.added.r != nil {
+		s.add(w, w.added)
+		w.added = pending{}
+		w.fx = append(w.fx, effect{kind: fxEnd})
+	}
 	for {
 		kind, at, ok := w.nextOwn()
 		if !ok || at > until {
@@ -190,20 +203,28 @@ func (s *simulator) runWindowed(ctx context.Context, threads int) error {
 	progressEvery := max(1, total/100)
 	c := newCrew(s, threads-1)
 	defer c.stop()
+	s.windowed = true
 	var active []*worker
 	for window := uint64(1); ; window++ {
 		if ctx.Err() != nil {
 			return fmt.Errorf("simulate: stopped at virtual %v after %d of %d requests: %w", s.now, s.finished, total, context.Cause(ctx))
 		}
 		haveArrival := s.next < total
-		if len(s.events) == 0 && !haveArrival {
+		if len(s.events) == 0 && !haveArrival && len(s.kicked) == 0 {
 			break
 		}
 		until := time.Duration(math.MaxInt64)
 		if haveArrival {
 			until = s.arrivalAt(s.next)
 		}
-		active = s.due(until, window, active[:0])
+		active = active[:0]
+		for _, w := range s.kicked {
+			if w.window != window {
+				w.window = window
+				active = append(active, w)
+			}
+		}
+		active = s.due(until, window, active)
 		if len(active) > 1 {
 			s.shared++
 		}
@@ -212,6 +233,10 @@ func (s *simulator) runWindowed(ctx context.Context, threads int) error {
 				s.materialise(s.next)
 			}
 		})
+		for _, w := range s.kicked {
+			s.replay(w) // at s.now, the arrival's time, as forward
+		}
+		s.kicked = s.kicked[:0]
 		for len(s.events) > 0 && s.events[0].at <= until {
 			e := s.events.pop()
 			s.now = e.at
@@ -308,13 +333,22 @@ func (c *crew) stop() {
 	c.wg.Wait()
 }
 
-// materialise fills s.buf and s.hbuf with item i's prompt and its block
-// hashes, unless they hold them already.
+// A promptBuf holds one item's prompt and block hashes.
+type promptBuf struct {
+	tokens []uint32
+	hashes []uint64
+}
+
+// materialise points s.buf and s.hbuf at item i's prompt and its block
+// hashes, unless they hold them already. Two items in a row get different
+// buffers: a windowed run materialises the next arrival's while its
+// helpers queue the last one's on its worker.
 func (s *simulator) materialise(i int) {
 	if s.ready == i+1 {
 		return
 	}
-	s.buf = s.cfg.Items[i].AppendPrompt(s.pb, s.buf[:0])
-	s.hbuf = kvindex.HashChain(s.hbuf[:0], "", s.buf, s.bs)
-	s.ready = i + 1
+	p := &s.prompts[i&1]
+	p.tokens = s.cfg.Items[i].AppendPrompt(s.pb, p.tokens[:0])
+	p.hashes = kvindex.HashChain(p.hashes[:0], "", p.tokens, s.bs)
+	s.buf, s.hbuf, s.ready = p.tokens, p.hashes, i+1
 }

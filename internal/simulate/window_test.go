@@ -30,6 +30,8 @@ func TestThreadsSameReport(t *testing.T) {
 		{"least-loaded", func(c *Config) { c.Router = "least-loaded" }},
 		{"random", func(c *Config) { c.Router = "random" }},
 		{"kv offload", func(c *Config) { c.Engine.KVOffloadGiB = 4 }},
+		// 32k tokens of cache: the longest prompts are refused.
+		{"refusals", func(c *Config) { c.Engine.KVBlocks = 2000 }},
 		// 200 workers as busy as the 1,000-worker scale runs: the trace's
 		// start, tiled, arrivals compressed 150 times. 4,096 KV blocks a
 		// worker (an H100 holds 30 times as many) keep the index small
@@ -58,6 +60,9 @@ func TestThreadsSameReport(t *testing.T) {
 				// Else the test proves nothing.
 				if s.shared == 0 {
 					t.Errorf("%d threads: no window ran two workers ahead at once", threads)
+				}
+				if a := s.report().Runs[0].Aggregate; tc.name == "refusals" && a.Errors == 0 {
+					t.Errorf("no request refused: the case tests nothing")
 				}
 			}
 			if serial.shared != 0 {
