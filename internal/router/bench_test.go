@@ -9,8 +9,9 @@ import (
 )
 
 // BenchmarkPick measures a warm kv Pick among 16 timed candidates for a
-// 128-block prompt ("pick"), and one request's whole life in the router:
-// its Pick, Started, FirstToken and Finished ("request").
+// 128-block prompt: without a request ID ("pick"), booking the request and
+// releasing it ("book"), and one request's whole life in the router: its
+// booking Pick, Started, FirstToken and Finished ("request").
 //
 //	go test -run '^$' -bench Pick -count 5 ./internal/router
 func BenchmarkPick(b *testing.B) {
@@ -36,20 +37,38 @@ func BenchmarkPick(b *testing.B) {
 			}
 		}
 	})
+	breq := &Request{Hashes: h, PromptTokens: len(h) * 16, OutputTokens: 64, BlockSize: 16}
 	ids := make([]string, 1024)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("req-%d", i)
+	}
+	b.Run("book", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			breq.ID = ids[i%len(ids)]
+			i++
+			d, err := r.Pick(breq, cands)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Release(d.Worker, breq.ID)
+		}
+	})
+	if n := r.InFlight(); n != 0 {
+		b.Fatalf("%d requests left in flight", n)
 	}
 	b.Run("request", func(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
 			id := ids[i%len(ids)]
+			breq.ID = id
 			i++
 			// 10 ms between requests keeps about 100 recent finishes per
 			// worker, as 100 requests a second would.
 			clk.Advance(10 * time.Millisecond)
-			d, err := r.Pick(req, cands)
+			d, err := r.Pick(breq, cands)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -273,6 +273,19 @@ func TestPickAllocationFree(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("warm kv Pick (timed %v) allocates %v times, want 0", timed, allocs)
 		}
+		// Booking and releasing reuse the tracker's map entries.
+		booked := *req
+		booked.ID = "r1"
+		allocs = testing.AllocsPerRun(200, func() {
+			d, err := r.Pick(&booked, cands)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Release(d.Worker, booked.ID)
+		})
+		if allocs != 0 {
+			t.Errorf("warm kv Pick booking a request (timed %v) allocates %v times, want 0", timed, allocs)
+		}
 	}
 }
 
