@@ -229,6 +229,7 @@ func TestCheckNetworks(t *testing.T) {
 		{"kvxfer outside", "http://10.1.2.3:8000", "192.0.2.7:9000", false},
 		{"host name", "http://evil.example:8000", "", false},
 		{"v4-mapped v6 inside", "http://[::ffff:10.0.0.1]:8000", "", true},
+		{"url without a host", "10.1.2.3:8000", "", false},
 	}
 	for _, tc := range tests {
 		w := WorkerInfo{ID: "w1", HTTPURL: tc.url, KVXferAddr: tc.kvxfer}
@@ -240,6 +241,9 @@ func TestCheckNetworks(t *testing.T) {
 	// the networks too.
 	if err := CheckNetworks(WorkerInfo{ID: "b", HTTPURL: "http://10.1.2.3:8000", ProbeURL: "http://192.0.2.7:8101"}, nets); err == nil {
 		t.Error("probe url outside the networks accepted")
+	}
+	if err := CheckNetworks(WorkerInfo{ID: "b", HTTPURL: "http://10.1.2.3:8000", ProbeURL: "/probe"}, nets); err == nil || !strings.Contains(err.Error(), `probe url "/probe" does not parse`) {
+		t.Errorf("probe url without a host: %v, want it named as not parsing", err)
 	}
 	if err := CheckNetworks(WorkerInfo{ID: "b", HTTPURL: "http://10.1.2.3:8000", ProbeURL: "http://10.1.2.3:8101"}, nets); err != nil {
 		t.Errorf("probe url inside: %v", err)

@@ -409,19 +409,18 @@ func CheckNetworks(w WorkerInfo, networks []netip.Prefix) error {
 		// shows reasons to anyone.
 		return fmt.Errorf("bus: worker %s: %s is outside --worker-networks", w.ID, what)
 	}
-	u, err := url.Parse(w.HTTPURL)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("bus: worker %s: http url %q does not parse", w.ID, w.HTTPURL)
+	checkURL := func(what, raw string) error {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			return fmt.Errorf("bus: worker %s: %s %q does not parse", w.ID, what, raw)
+		}
+		return check(what, u.Host)
 	}
-	if err := check("http url", u.Host); err != nil {
+	if err := checkURL("http url", w.HTTPURL); err != nil {
 		return err
 	}
 	if w.ProbeURL != "" {
-		u, err := url.Parse(w.ProbeURL)
-		if err != nil || u.Host == "" {
-			return fmt.Errorf("bus: worker %s: probe url %q does not parse", w.ID, w.ProbeURL)
-		}
-		if err := check("probe url", u.Host); err != nil {
+		if err := checkURL("probe url", w.ProbeURL); err != nil {
 			return err
 		}
 	}
