@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -189,7 +190,6 @@ func TestBookingsWhileInFlight(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			br := newBookingRouter(t)
 			p1, p2, d := newFakeWorker(t, "w-p1"), newFakeWorker(t, "w-p2"), newFakeWorker(t, "w-d")
-			held := d
 			if tc.hang == "prefill" {
 				p1.setMode(modeHangHeaders)
 				p2.setMode(modeHangHeaders)
@@ -205,20 +205,32 @@ func TestBookingsWhileInFlight(t *testing.T) {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)
+			// The client's copy of the stream: once it holds tok1, the
+			// frontend has relayed both tokens, so it has seen the first
+			// (FirstToken comes before the token is written on).
+			streamed := &watchWriter{want: []byte("tok1"), seen: make(chan struct{})}
 			go func() {
 				resp, err := h.srv.Client().Do(req)
 				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
+					_, err = io.Copy(streamed, resp.Body)
 					resp.Body.Close()
 				}
 				done <- err
 			}()
-			waitFor(t, "the request to reach the worker that holds it", func() bool {
-				if tc.hang == "prefill" {
+			if tc.hang == "prefill" {
+				waitFor(t, "the request to reach a prefill worker", func() bool {
 					return len(p1.received())+len(p2.received()) == 1
+				})
+			} else {
+				// The worker receiving the request is not enough: the
+				// booking moves to decoding only when the frontend sees
+				// the first token.
+				select {
+				case <-streamed.seen:
+				case err := <-done:
+					t.Fatalf("stream ended before its second token: %v", err)
 				}
-				return len(held.received()) == 1
-			})
+			}
 			tc.check(t, br)
 			cancel()
 			<-done
@@ -227,4 +239,20 @@ func TestBookingsWhileInFlight(t *testing.T) {
 			})
 		})
 	}
+}
+
+// watchWriter keeps what is written to it and closes seen once it holds
+// want.
+type watchWriter struct {
+	want []byte
+	seen chan struct{}
+	buf  []byte
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	if w.buf = append(w.buf, p...); w.want != nil && bytes.Contains(w.buf, w.want) {
+		close(w.seen)
+		w.want = nil
+	}
+	return len(p), nil
 }
