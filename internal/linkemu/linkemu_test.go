@@ -198,8 +198,13 @@ func TestConnWriteDeadline(t *testing.T) {
 	})
 }
 
-// TestConnShapesTCP is the real-clock check over loopback TCP. The machine
-// is shared and noisy, so it asserts a ratio with honest margins.
+// TestConnShapesTCP is the real-clock check over loopback TCP: real timers
+// must really hold the writes back. It bounds the time from below only. On
+// a shared host the scheduler can only add time (with two cores and a load
+// of 15 this transfer took 1.7-3.0x its ideal), so an upper bound here would
+// measure the host, not the shaper; TestConnShapesPipe and
+// TestShaperRateExact check the pacing both ways, exactly, on the synctest
+// clock.
 func TestConnShapesTCP(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -236,7 +241,10 @@ func TestConnShapesTCP(t *testing.T) {
 	}
 	ideal := float64(total-DefaultBurst(rate)) / rate
 	ratio := elapsed.Seconds() / ideal
-	if ratio < 0.8 || ratio > 1.5 {
-		t.Errorf("shaped transfer took %v, %.2f× the ideal %.3fs; want 0.8–1.5×", elapsed, ratio, ideal)
+	// 0.8, not 1: the client's clock starts after the dial, and timers may
+	// fire a little early; unshaped, 4 MB over loopback takes milliseconds.
+	if ratio < 0.8 {
+		t.Errorf("shaped transfer took %v, %.2f× the ideal %.3fs; want at least 0.8×", elapsed, ratio, ideal)
 	}
+	t.Logf("shaped transfer took %v, %.2f× the ideal %.3fs", elapsed, ratio, ideal)
 }
