@@ -10,19 +10,19 @@
 #
 # Runtime: each live run lasts the slice's span times its time scale, plus
 # the drain: with the defaults (requests 3400-3799, --time-scale 2 and 3)
-# about 190 s for kv and round-robin and 280 s for 1P2D; about 12 minutes in
-# all with start-ups and simulations. Live TTFTs grow with the machine's
-# load (the engines fall behind their schedule), so `uptime` is printed
-# beside each live run: validate on a quiet machine.
+# about 190 s for kv and round-robin and 285 s for 1P2D, 668 s in all with
+# start-ups and simulations (measured at load 9-16 on 2 cores). Live TTFTs
+# grow with the machine's load (the engines fall behind their schedule), so
+# `uptime` is printed beside each live run: validate on a quiet machine.
 #
 # Why this slice: the trace's first 1,000 requests reuse almost no prefix
 # (a hit ratio of 0.01-0.04 made by 3-7 requests, so one request moves it
-# 20%). From request 3400, simulated with kv on 4 workers, ~150 of 400
-# requests find a prefix cached and no single request holds more than 3%
-# of the cached tokens (round-robin: ~50 requests, 6%). At --time-scale 1
-# the slice keeps 4 workers ~97% busy, where queueing amplifies every small
-# difference; at 2 they are ~70% busy (1P2D, whose 1 Gbit/s link is its
-# bottleneck, needs 3).
+# 20%). From request 3400, with kv on 4 workers, 134 of 400 requests found
+# a prefix cached live (simulated, seeds 1-5: 134-146), none more than
+# 2.4% of the cached tokens (round-robin: 48 requests, 6.2%). At
+# --time-scale 1 the slice keeps 4 workers ~97% busy, where queueing
+# amplifies every small difference; at 2 they are ~70% busy (1P2D, whose
+# 1 Gbit/s link is its bottleneck, needs 3).
 #
 # usage: scripts/validate-simulate.sh [--skip N] [--max-requests N]
 #          [--time-scale F] [--pd-time-scale F] [--seeds 1-5]
