@@ -142,24 +142,20 @@ func OpenRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 // call it at once.
 func (r *Registry) ensure(ctx context.Context) (jetstream.KeyValue, error) {
 	cfg := r.kvCfg
+	var kv jetstream.KeyValue
+	var err error
 	if r.noCreate {
-		kv, err := r.js.KeyValue(ctx, cfg.Bucket)
-		if err != nil {
-			return nil, fmt.Errorf("bus: open registry bucket %s: %w", cfg.Bucket, err)
-		}
-		r.mu.Lock()
-		r.kv = kv
-		r.mu.Unlock()
-		return kv, nil
-	}
-	kv, err := r.js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
-		cfg.LimitMarkerTTL = 0
-		kv, err = r.js.CreateKeyValue(ctx, cfg)
-	}
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		// Another TTL (or server version) made it first; use it as it is.
 		kv, err = r.js.KeyValue(ctx, cfg.Bucket)
+	} else {
+		kv, err = r.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			cfg.LimitMarkerTTL = 0
+			kv, err = r.js.CreateKeyValue(ctx, cfg)
+		}
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			// Another TTL (or server version) made it first; use it as it is.
+			kv, err = r.js.KeyValue(ctx, cfg.Bucket)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: open registry bucket %s: %w", cfg.Bucket, err)
