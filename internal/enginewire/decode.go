@@ -218,19 +218,9 @@ func eventField(r *reader, e *Event, name, prevLora, prevSalt string) {
 			e.MediumName = string(p)
 		}
 	case "lora_name":
-		p := r.strBytes("lora_name")
-		if string(p) == prevLora {
-			e.LoraName = prevLora
-		} else {
-			e.LoraName = string(p)
-		}
+		e.LoraName = sameOr(r.strBytes("lora_name"), prevLora)
 	case "cache_salt":
-		p := r.strBytes("cache_salt")
-		if string(p) == prevSalt {
-			e.CacheSalt = prevSalt
-		} else {
-			e.CacheSalt = string(p)
-		}
+		e.CacheSalt = sameOr(r.strBytes("cache_salt"), prevSalt)
 	case "extra_keys":
 		e.RawExtraKeys = r.raw()
 	case "group_idx":
@@ -246,6 +236,16 @@ func eventField(r *reader, e *Event, name, prevLora, prevSalt string) {
 	default:
 		r.skip()
 	}
+}
+
+// sameOr returns prev when p spells it, so that decoding a name the
+// previous event of the slot already held allocates nothing (the
+// comparison does not allocate), and a new string otherwise.
+func sameOr(p []byte, prev string) string {
+	if string(p) == prev {
+		return prev
+	}
+	return string(p)
 }
 
 func finishEvent(e *Event) {
