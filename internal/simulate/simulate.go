@@ -543,6 +543,7 @@ func (s *simulator) applyEvents(w *worker, from int) {
 	}
 	if len(w.events) > from {
 		kvevents.Apply(s.index, w.id, w.events[from:])
+		w.core.RecycleEvents(w.events[from:])
 		clear(w.events[from:])
 		w.events = w.events[:from]
 	}

@@ -35,6 +35,9 @@ type blockManager struct {
 	blockSize        int
 	used             int // blocks with ref > 0
 	events           []kvevents.Event
+	// spareHashes are emptied hash lists of published events, handed back
+	// by Core.RecycleEvents, for emit to fill instead of growing new ones.
+	spareHashes [][]uint64
 	// wire, when set, records what a wire publisher needs besides events.
 	wire *StepTokens
 	// lower is the tiers below the GPU, fastest first (none without
@@ -327,12 +330,30 @@ func (m *blockManager) emit(kind kvevents.Kind, medium kvevents.Tier, parent, h 
 			return
 		}
 	}
-	ev := kvevents.Event{Kind: kind, Medium: medium, Hashes: []uint64{h}}
+	ev := kvevents.Event{Kind: kind, Medium: medium, Hashes: m.newHashes(h)}
 	if kind == kvevents.Stored {
 		ev.Parent = parent
 	}
 	m.events = append(m.events, ev)
 }
+
+// newHashes returns a hash list holding h, reusing one handed back by
+// Core.RecycleEvents when there is one.
+func (m *blockManager) newHashes(h uint64) []uint64 {
+	if n := len(m.spareHashes); n > 0 {
+		hs := m.spareHashes[n-1]
+		m.spareHashes = m.spareHashes[:n-1]
+		return append(hs, h)
+	}
+	return []uint64{h}
+}
+
+// maxSpareHashes bounds the hash lists a block manager keeps for reuse. A
+// step's events are one Stored list per sequence that committed blocks and
+// one Removed list per tier, and the lists that grow (prefill chunks,
+// evictions) are a few a step; the bound keeps a thousand idle cores from
+// holding more than a few MiB each.
+const maxSpareHashes = 16
 
 // takeEvents returns the pending events and starts a new list. The
 // returned slice is the caller's.

@@ -229,6 +229,20 @@ func (c *Core) publish() {
 	}
 }
 
+// RecycleEvents hands back events this core published, once the caller has
+// applied them and will not read their hash lists again: later events reuse
+// the lists instead of growing new ones block by block (3.6% of a
+// 1,000-worker simulation's CPU went to growing them). Events from elsewhere
+// must not be passed. A live engine's publisher keeps its events and never
+// calls it.
+func (c *Core) RecycleEvents(events []kvevents.Event) {
+	for i := range events {
+		if hs := events[i].Hashes; cap(hs) > 1 && len(c.bm.spareHashes) < maxSpareHashes {
+			c.bm.spareHashes = append(c.bm.spareHashes, hs[:0])
+		}
+	}
+}
+
 // freeBlocks releases a sequence's blocks, last first, so that the tail of
 // a prefix is evicted before its head.
 func (c *Core) freeBlocks(s *seq) {

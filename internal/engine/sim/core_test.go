@@ -33,12 +33,33 @@ func runCore(t *testing.T, horizonStep time.Duration) (map[int]Result, int) {
 
 // runCoreReqs is runCore on reqs; it also returns every published event.
 func runCoreReqs(t *testing.T, horizonStep time.Duration, reqs []Request) (map[int]Result, int, []kvevents.Event) {
+	out, calls, events, _ := runCoreOpts(t, horizonStep, reqs, 4096, false)
+	return out, calls, events
+}
+
+// runCoreOpts is runCoreReqs on a cache of the given blocks; with recycle,
+// it hands every published event back (Core.RecycleEvents) once copied. It
+// also returns how many events reused the hash list of an earlier one.
+func runCoreOpts(t *testing.T, horizonStep time.Duration, reqs []Request, blocks int, recycle bool) (map[int]Result, int, []kvevents.Event, int) {
 	t.Helper()
 	var events []kvevents.Event
-	c, err := NewCore(Config{KVBlocks: 4096, Publisher: PublisherFunc(func(ev []kvevents.Event) {
+	var c *Core
+	lists := map[*uint64]bool{} // the backing arrays of published hash lists
+	reused := 0
+	c, err := NewCore(Config{KVBlocks: blocks, Publisher: PublisherFunc(func(ev []kvevents.Event) {
 		for _, e := range ev {
+			if cap(e.Hashes) > 0 {
+				p := &e.Hashes[:1][0]
+				if lists[p] {
+					reused++
+				}
+				lists[p] = true
+			}
 			e.Hashes = slices.Clone(e.Hashes)
 			events = append(events, e)
+		}
+		if recycle {
+			c.RecycleEvents(ev)
 		}
 	})}, true)
 	if err != nil {
@@ -83,7 +104,35 @@ func runCoreReqs(t *testing.T, horizonStep time.Duration, reqs []Request) (map[i
 	if len(events) == 0 {
 		t.Errorf("no KV events published")
 	}
-	return out, calls, events
+	return out, calls, events, reused
+}
+
+// Handing published events back (as the simulator does) changes nothing:
+// the same results and the same KV events, evictions included, while later
+// events fill the handed-back hash lists.
+func TestCoreRecycleEventsEqualFresh(t *testing.T) {
+	// 96 blocks for prompts of 19 to 32 blocks plus outputs: the cache
+	// evicts.
+	fresh, _, freshEv, freshReused := runCoreOpts(t, 0, coreRequests(), 96, false)
+	recycled, _, recycledEv, reused := runCoreOpts(t, 0, coreRequests(), 96, true)
+	if !reflect.DeepEqual(recycled, fresh) {
+		t.Errorf("results differ with events recycled")
+	}
+	if !reflect.DeepEqual(recycledEv, freshEv) {
+		t.Errorf("KV events differ with events recycled: %d events, %d fresh", len(recycledEv), len(freshEv))
+	}
+	removed := 0
+	for _, e := range freshEv {
+		if e.Kind == kvevents.Removed {
+			removed++
+		}
+	}
+	if removed == 0 {
+		t.Errorf("no Removed event: the test cache does not evict")
+	}
+	if freshReused != 0 || reused == 0 {
+		t.Errorf("events reusing an earlier hash list: %d fresh, %d recycled; want 0 and some", freshReused, reused)
+	}
 }
 
 // Prompt hashes handed in with the request (as the simulator does) change
