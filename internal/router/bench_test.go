@@ -78,3 +78,42 @@ func BenchmarkPick(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPick1000 prices one kv-policy decision over 1,000 H100
+// candidates, as `switchyard simulate --workers 1000` does for every
+// request: each candidate has a fresh load report, requests in flight and
+// a few finished since its report, and a tenth of them cache part of the
+// prompt (64 blocks of 16 tokens).
+func BenchmarkPick1000(b *testing.B) {
+	const nw, blocks = 1000, 64
+	prof := h100Profile(b)
+	idx := kvindex.New(kvindex.Config{})
+	r, clk := newTestRouter(b, Config{Index: idx, Policy: PolicyKV})
+	prompt := hashes(1, blocks)
+	ws := make([]Worker, nw)
+	for i := range ws {
+		ws[i] = Worker{ID: fmt.Sprintf("worker-%d", i), EventsHealthy: true, Profile: &prof}
+		if i%10 == 0 {
+			idx.Store(ws[i].ID, prompt[:1+i%blocks])
+		}
+		for j := range 6 {
+			r.Started(ws[i].ID, fmt.Sprint(i, "/", j), 50+j, 100+j)
+		}
+		r.ObserveLoad(ws[i].ID, LoadReport{QueuedPrefillBlocks: 300, ActiveDecodeBlocks: 900, Running: 5, Waiting: 1})
+		clk.Advance(time.Millisecond)
+		for j := range 3 {
+			r.Finished(ws[i].ID, fmt.Sprint(i, "/", j))
+		}
+	}
+	req := &Request{Hashes: prompt, PromptTokens: blocks * 16, OutputTokens: 200, BlockSize: 16}
+	d, err := r.Pick(req, ws)
+	if err != nil || d.OverlapBlocks == 0 {
+		b.Fatalf("pick %+v, %v: want a worker caching part of the prompt", d, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Pick(req, ws); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -61,6 +61,31 @@ type workerLoad struct {
 	// 60 hits). Subtracting rather than discarding the report keeps the
 	// load other frontends put on the worker visible under steady traffic.
 	finished []finishedReq
+	// since sums the finished requests that a report taken at at may
+	// still count (those that finished after at less reportGrace): what
+	// effective subtracts from the report. Kept up to date whenever
+	// finished or at changes, so that pricing a thousand candidates per
+	// request does not walk each one's list (5.8% of a 1,000-worker
+	// simulation's CPU did).
+	since finishedSum
+}
+
+// finishedSum is the load of some finished requests.
+type finishedSum struct {
+	queued, decoding, n int
+}
+
+// sumSince recomputes w.since. t.mu must be held.
+func (w *workerLoad) sumSince() {
+	w.since = finishedSum{}
+	cut := w.at.Add(-reportGrace)
+	for _, f := range w.finished {
+		if f.at.After(cut) {
+			w.since.queued += f.queued
+			w.since.decoding += f.decoding
+			w.since.n++
+		}
+	}
 }
 
 type finishedReq struct {
@@ -157,6 +182,7 @@ func (t *tracker) finished(worker, requestID string) {
 		}
 	}
 	w.finished = append(keep, f)
+	w.sumSince()
 }
 
 func (t *tracker) dropped(worker, requestID string) {
@@ -198,6 +224,7 @@ func (t *tracker) observe(worker string, r LoadReport, now time.Time) {
 	if at := r.TakenAt; !at.IsZero() && at.Before(now.Add(time.Millisecond)) && now.Sub(at) < time.Second {
 		w.at = at
 	}
+	w.sumSince()
 }
 
 // fill sets the Load of every worker in ws. One lock for the whole list.
@@ -237,16 +264,10 @@ func (t *tracker) effective(w *workerLoad, now time.Time) Load {
 	l := w.tracked
 	if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
 		rep := w.reported
-		subtracted := false
-		for _, f := range w.finished {
-			if f.at.After(w.at.Add(-reportGrace)) {
-				rep.QueuedPrefillBlocks -= f.queued
-				rep.ActiveDecodeBlocks -= f.decoding
-				rep.InFlight--
-				subtracted = true
-			}
-		}
-		if subtracted && rep.InFlight <= 0 {
+		rep.QueuedPrefillBlocks -= w.since.queued
+		rep.ActiveDecodeBlocks -= w.since.decoding
+		rep.InFlight -= w.since.n
+		if w.since.n > 0 && rep.InFlight <= 0 {
 			// Every request the report saw has finished since: what
 			// is left of its blocks is rounding (the worker counts
 			// partial and generated blocks), not load. A stray block

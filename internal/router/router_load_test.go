@@ -1,6 +1,8 @@
 package router
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -119,5 +121,90 @@ func TestReportResidueDropped(t *testing.T) {
 	tr.fill(ws, now)
 	if l := ws[0].Load; l.ActiveDecodeBlocks != 0 {
 		t.Errorf("after the only request finished: %+v, want no decode load", l)
+	}
+}
+
+// walkedEffective is tracker.effective as it was before the finished
+// requests' sum was kept up to date: it walks the list on every call. The
+// test below holds the kept sum to it.
+func walkedEffective(t *tracker, w *workerLoad, now time.Time) Load {
+	l := w.tracked
+	if !w.at.IsZero() && now.Sub(w.at) <= t.reportTTL {
+		rep := w.reported
+		subtracted := false
+		for _, f := range w.finished {
+			if f.at.After(w.at.Add(-reportGrace)) {
+				rep.QueuedPrefillBlocks -= f.queued
+				rep.ActiveDecodeBlocks -= f.decoding
+				rep.InFlight--
+				subtracted = true
+			}
+		}
+		if subtracted && rep.InFlight <= 0 {
+			rep.QueuedPrefillBlocks, rep.ActiveDecodeBlocks = 0, 0
+		}
+		l.QueuedPrefillBlocks = max(l.QueuedPrefillBlocks, rep.QueuedPrefillBlocks)
+		l.ActiveDecodeBlocks = max(l.ActiveDecodeBlocks, rep.ActiveDecodeBlocks)
+		l.InFlight = max(l.InFlight, rep.InFlight)
+	}
+	return l
+}
+
+// TestEffectiveKeptSumEqualsWalk drives a tracker through a random history
+// of starts, first tokens, finishes and load reports (taken before and after
+// finishes, fresh and stale, with and without TakenAt) at random times and
+// checks, after every operation and at several reading times, that the
+// effective load from the kept sum of finished requests equals the one from
+// walking them.
+func TestEffectiveKeptSumEqualsWalk(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr := newTracker(time.Second, func() time.Time { return now })
+	rng := rand.New(rand.NewPCG(3, 5))
+	names := []string{"a", "b", "c"}
+	var live []string
+	subtracted := 0
+	for op := range 20_000 {
+		w := names[rng.IntN(len(names))]
+		switch k := rng.IntN(100); {
+		case k < 30:
+			id := fmt.Sprint("r", op)
+			tr.started(w, id, rng.IntN(50), rng.IntN(80))
+			live = append(live, w+"/"+id)
+		case k < 45 && len(live) > 0:
+			wid := live[rng.IntN(len(live))]
+			tr.firstToken(wid[:1], wid[2:])
+		case k < 70 && len(live) > 0:
+			i := rng.IntN(len(live))
+			wid := live[i]
+			live = append(live[:i], live[i+1:]...)
+			tr.finished(wid[:1], wid[2:])
+		case k < 90:
+			rep := LoadReport{QueuedPrefillBlocks: rng.IntN(200), ActiveDecodeBlocks: rng.IntN(400), Running: rng.IntN(5), Waiting: rng.IntN(3)}
+			if rng.IntN(2) == 0 {
+				rep.TakenAt = now.Add(-time.Duration(rng.IntN(60)) * time.Millisecond)
+			}
+			tr.observe(w, rep, now)
+		default:
+			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+		}
+		now = now.Add(time.Duration(rng.IntN(3)) * time.Millisecond)
+		for _, name := range names {
+			wl := tr.workers[name]
+			if wl == nil {
+				continue
+			}
+			for _, later := range []time.Duration{0, 500 * time.Millisecond, 1100 * time.Millisecond} {
+				got, want := tr.effective(wl, now.Add(later)), walkedEffective(tr, wl, now.Add(later))
+				if got != want {
+					t.Fatalf("op %d, worker %s, %v later: effective %+v, walking the finished list %+v", op, name, later, got, want)
+				}
+			}
+			if wl.since.n > 0 {
+				subtracted++
+			}
+		}
+	}
+	if subtracted == 0 {
+		t.Errorf("no finished request was ever subtracted from a report: the history tests nothing")
 	}
 }
