@@ -305,17 +305,17 @@ func (c *Core) newSeq(req Request) (*seq, error) {
 		return nil, err
 	}
 	// Sized for the whole sequence up front: growing them block by block
-	// took 10% of a 1,000-worker simulation's CPU.
+	// took 10% of a 1,000-worker simulation's CPU. Recycled (recycle.go).
 	nb := ceilDiv(n+limit, c.bs)
 	s := &seq{
 		req:       req,
-		tokens:    append(takeTokens(n+limit), req.Tokens...),
+		tokens:    append(tokenPool.take(n+limit), req.Tokens...),
 		promptLen: n,
 		limit:     limit,
 		finish:    finish,
 		genSeed:   genSeed,
-		hashes:    make([]uint64, 0, nb),
-		blocks:    make([]int32, 0, nb),
+		hashes:    hashPool.take(nb),
+		blocks:    blockPool.take(nb),
 	}
 	if req.Hashes != nil {
 		if len(req.Hashes) != n/c.bs {
