@@ -6,7 +6,7 @@
 #   OLD_BIN: a binary built from main before the change (e.g. git stash; make build; cp bin/switchyard /tmp/old)
 #   NEW_BIN: the binary under test
 # OUTDIR (default: a fresh temporary directory) may be reused across runs with the same OLD_BIN.
-# Runs 13 configurations (16 and 1,000 workers; kv, round-robin, least-loaded, random; disaggregation on
+# Runs 14 configurations (16 and 1,000 workers, the latter also with --threads 2; kv, round-robin, least-loaded, random; disaggregation on
 # 1 and 10 Gbit/s; host and disk KV offload; --router-alpha 0.7). Takes a few CPU-minutes. Exit 1 on any difference.
 set -uo pipefail
 old=${1:?usage: $0 OLD_BIN NEW_BIN [OUTDIR]}
@@ -29,6 +29,7 @@ configs=(
   "dis10g|--workers 8 --prefill-workers 1 --link-rate 10gbit --router kv"
   "kv1000|--workers 1000 --router kv --tile 2 --time-scale 0.01348"
   "rr1000|--workers 1000 --router round-robin --tile 2 --time-scale 0.01348"
+  "kv1000t|--workers 1000 --router kv --tile 2 --time-scale 0.01348 --threads 2"
   "ll1000|--workers 1000 --router least-loaded --max-requests 2000 --time-scale 0.01348"
   "alpha1000|--workers 1000 --router kv --router-alpha 0.7 --max-requests 2000 --time-scale 0.01348"
 )

@@ -249,6 +249,7 @@ func (s *simulator) runWindowed(ctx context.Context, threads int) error {
 		}
 		for _, w := range active {
 			w.fx, w.next = w.fx[:0], 0
+			w.core.RecycleEvents(w.events) // all applied by the replays
 			clear(w.events)
 			w.events, w.logged = w.events[:0], 0
 		}
