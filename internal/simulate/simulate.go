@@ -206,6 +206,9 @@ type worker struct {
 	stepping bool
 	stepEnd  time.Duration
 	dels     []sim.Delivery
+	// spare is the other delivery buffer: stepDone delivers from one while
+	// a kick nested in a delivery refills the other.
+	spare []sim.Delivery
 	// The load reporter ticks every reportEvery from phase, as a live
 	// worker's ticker does from when it started. nextReport is its next
 	// tick while ticking is set (a tick event is queued); an idle worker
@@ -563,9 +566,20 @@ func (s *simulator) schedule(w *worker, kind uint8, at time.Duration) {
 func (s *simulator) stepDone(w *worker, now time.Duration) {
 	w.stepping = false
 	s.applyEvents(w, 0)
-	for _, d := range w.dels {
+	// A delivery can start w's next step before the others are delivered:
+	// a remote prefill whose KV the decode worker already holds finishes
+	// its transfer at once, and that kicks w (its queue may have waited for
+	// the pins). The step fills w.dels, so deliver from the other buffer:
+	// ranging over w.dels delivered the new step's finishes early and again
+	// at its end (a prefill's Done twice, then a panic on its recycled
+	// buffer).
+	dels := w.dels
+	w.dels, w.spare = w.spare[:0], nil
+	for _, d := range dels {
 		s.deliver(w, d, now)
 	}
+	clear(dels)
+	w.spare = dels[:0]
 	s.kick(w, now)
 }
 

@@ -256,3 +256,25 @@ func TestTierPricedBeatsTierBlind(t *testing.T) {
 			priced.HitRatio, priced.Tiers.HitRatio.CPU, blind.HitRatio, blind.Tiers.HitRatio.CPU)
 	}
 }
+
+// A prefill worker finishing two prompts in one step, the first of whose
+// KV its decode worker already holds (a transfer of nothing, done at once),
+// delivered the second twice: finishing the empty transfer started the
+// prefill worker's next step while its deliveries were being walked, and
+// that step's deliveries overwrote them. Requests 2500-2899 of the Mooncake
+// trace on 1 prefill + 2 decode hit it (a panic on the recycled buffer).
+func TestPrefillDeliveredOnce(t *testing.T) {
+	reqs, err := bench.ReadTraceSlice(mooncakePath, bench.FormatMooncake, 2500, 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultConfig()
+	c.Items = bench.TraceItems(reqs, 1)
+	c.Engine.Model, c.Engine.GPU = "llama-3.1-8b", "h100"
+	c.Workers, c.PrefillWorkers, c.LinkRate = 2, 1, linkemu.Rate(125e6)
+	rep := run(t, c)
+	a := rep.Runs[0].Aggregate
+	if a.Requests != 400 || a.OK+a.Rejected+a.Errors != a.Requests || a.PrefillRemote == 0 {
+		t.Fatalf("requests %d = ok %d + rejected %d + errors %d, %d remote: want 400 in all and some remote", a.Requests, a.OK, a.Rejected, a.Errors, a.PrefillRemote)
+	}
+}
