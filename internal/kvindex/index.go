@@ -105,6 +105,23 @@ func (x *Index) shardOf(k uint64) *shard {
 	return &x.shards[k>>x.topShift]
 }
 
+// Stripes returns the number of lock stripes (Config.Shards, rounded).
+func (x *Index) Stripes() int { return len(x.shards) }
+
+// Stripe returns the lock stripe that holds block hash h. Stores and
+// removals in different stripes touch disjoint tables, and otherwise only
+// counters that add up: a list of them split by stripe and applied
+// concurrently, each stripe's in the list's order, leaves the index exactly
+// as applying the list in order would, provided the workers it names were
+// registered in the same order first (StoreTier of no hashes registers).
+// Clear and DropWorker touch every stripe.
+func (x *Index) Stripe(h uint64) int {
+	if x.topShift == 64 {
+		return 0
+	}
+	return int(slotKey(h) >> x.topShift)
+}
+
 // ID returns the worker's index ID, if the index knows the worker.
 // Cost: one map lookup under a shared lock.
 func (x *Index) ID(worker string) (WorkerID, bool) {

@@ -284,21 +284,24 @@ type simulator struct {
 	pb      *bench.PromptBuilder
 	bs      int
 
-	reqs      []*request
-	recs      []bench.Record
-	next      int // next item to arrive
-	finished  int
-	lastDone  time.Duration
-	buf       []uint32 // a prompt: item ready-1's, when ready > 0
-	hbuf      []uint64 // its block hashes, when ready > 0
-	ready     int
-	prompts   [2]promptBuf // materialise's, by item parity
-	stack     []int        // due's
-	shared    int          // windows that ran more than one worker ahead
-	windowed  bool         // a windowed run: forward leaves its kick to the next window
-	kicked    []*worker    // workers an arrival was forwarded to, in a windowed run
-	nEvents   int64
-	gapStride int // keep every gapStride-th inter-token gap for the ITL percentiles
+	reqs       []*request
+	recs       []bench.Record
+	next       int // next item to arrive
+	finished   int
+	lastDone   time.Duration
+	buf        []uint32 // a prompt: item ready-1's, when ready > 0
+	hbuf       []uint64 // its block hashes, when ready > 0
+	ready      int
+	prompts    [2]promptBuf // materialise's, by item parity
+	stack      []int        // due's
+	shared     int          // windows that ran more than one worker ahead
+	split      int          // windows whose index writes the crew shared
+	windowed   bool         // a windowed run: forward leaves its kick to the next window
+	kicked     []*worker    // workers an arrival was forwarded to, in a windowed run
+	writes     []indexWrite // the window's replayed index writes
+	stripeBufs []stripeBuf  // writeIndex's, by crew goroutine
+	nEvents    int64
+	gapStride  int // keep every gapStride-th inter-token gap for the ITL percentiles
 }
 
 // maxGapSamples bounds the inter-token gaps a run keeps for its ITL

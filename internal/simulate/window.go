@@ -35,6 +35,9 @@ import (
 //     queueing the events they queue with fresh seqs, exactly as the serial
 //     loop would have made them. Whatever the order of the index's or the
 //     router's insides, they see the serial run's calls in the serial order.
+//     The index writes are applied last, split by the index's lock stripes
+//     across the goroutines (writeIndex): nothing reads the index before
+//     the arrival's Pick.
 //  3. the arrival, serially, up to the router's Started: queueing the
 //     request on its worker's core and starting the worker's step are the
 //     worker's own business, so the next window runs them ahead first and
@@ -85,6 +88,8 @@ type effects struct {
 
 	// The request forward left to the next window (r nil: none).
 	added pending
+	// indexed: the index has registered the worker (writeIndex).
+	indexed bool
 }
 
 // effect makes f now or, when w is logging, logs it for the replay.
@@ -100,6 +105,10 @@ func (s *simulator) effect(w *worker, f effect) {
 func (s *simulator) apply(w *worker, f effect) {
 	switch f.kind {
 	case fxApply:
+		if s.windowed {
+			s.writes = append(s.writes, indexWrite{w, f.lo, f.hi})
+			break
+		}
 		kvevents.Apply(s.index, w.id, w.events[f.lo:f.hi])
 	case fxPush:
 		s.push(event{at: f.at, kind: f.ev, idx: int32(w.idx)})
@@ -201,9 +210,10 @@ func (s *simulator) due(until time.Duration, window uint64, dst []*worker) []*wo
 func (s *simulator) runWindowed(ctx context.Context, threads int) error {
 	total := len(s.cfg.Items)
 	progressEvery := max(1, total/100)
-	c := newCrew(s, threads-1)
+	c := newCrew(threads - 1)
 	defer c.stop()
 	s.windowed = true
+	s.stripeBufs = make([]stripeBuf, threads)
 	var active []*worker
 	for window := uint64(1); ; window++ {
 		if ctx.Err() != nil {
@@ -228,7 +238,7 @@ func (s *simulator) runWindowed(ctx context.Context, threads int) error {
 		if len(active) > 1 {
 			s.shared++
 		}
-		c.run(active, until, func() {
+		s.runAhead(c, active, until, func() {
 			if haveArrival {
 				s.materialise(s.next)
 			}
@@ -247,6 +257,7 @@ func (s *simulator) runWindowed(ctx context.Context, threads int) error {
 				s.cfg.Progress(s.finished, total, s.now)
 			}
 		}
+		s.writeIndex(c)
 		for _, w := range active {
 			w.fx, w.next = w.fx[:0], 0
 			w.core.RecycleEvents(w.events) // all applied by the replays
@@ -263,29 +274,23 @@ func (s *simulator) runWindowed(ctx context.Context, threads int) error {
 	return s.conserve()
 }
 
-// A crew is the goroutines besides the driver's that run workers ahead.
-// Each helper waits on its own channel for a window and reports on done;
+// A crew is the goroutines besides the driver's that share a window's
+// work: each helper waits on its own channel for a job and reports on done;
 // stop ends them.
 type crew struct {
-	s     *simulator
-	start []chan struct{}
+	start []chan func(part int)
 	done  chan struct{}
 	wg    sync.WaitGroup
-
-	// The window being run: written by the driver before it signals.
-	work  []*worker
-	until time.Duration
-	taken atomic.Int64
 }
 
-func newCrew(s *simulator, helpers int) *crew {
-	c := &crew{s: s, done: make(chan struct{}, helpers)}
-	for range helpers {
-		ch := make(chan struct{})
+func newCrew(helpers int) *crew {
+	c := &crew{done: make(chan struct{}, helpers)}
+	for i := range helpers {
+		ch := make(chan func(int))
 		c.start = append(c.start, ch)
 		c.wg.Go(func() {
-			for range ch {
-				c.take()
+			for job := range ch {
+				job(i + 1)
 				c.done <- struct{}{}
 			}
 		})
@@ -293,37 +298,19 @@ func newCrew(s *simulator, helpers int) *crew {
 	return c
 }
 
-// take runs workers ahead until none is left untaken.
-func (c *crew) take() {
-	for {
-		i := int(c.taken.Add(1)) - 1
-		if i >= len(c.work) {
-			return
-		}
-		c.s.ahead(c.work[i], c.until)
-	}
-}
+// size is the crew's goroutines, the driver's included.
+func (c *crew) size() int { return len(c.start) + 1 }
 
-// run runs work ahead to until on the crew and the calling goroutine,
-// which first calls also, and returns when all of it is done.
-func (c *crew) run(work []*worker, until time.Duration, also func()) {
-	if len(work) == 0 {
-		also()
-		return
+// do runs job(1) … job(parts-1) on helpers and job(0) on the calling
+// goroutine, and returns when all are done. parts ≤ size.
+func (c *crew) do(parts int, job func(part int)) {
+	for _, ch := range c.start[:parts-1] {
+		ch <- job
 	}
-	c.work, c.until = work, until
-	c.taken.Store(0)
-	// Helpers beyond the work would only wake to find nothing.
-	n := min(len(c.start), len(work))
-	for _, ch := range c.start[:n] {
-		ch <- struct{}{}
-	}
-	also()
-	c.take()
-	for range n {
+	job(0)
+	for range parts - 1 {
 		<-c.done
 	}
-	c.work = nil
 }
 
 // stop ends the helpers and waits for them.
@@ -332,6 +319,100 @@ func (c *crew) stop() {
 		close(ch)
 	}
 	c.wg.Wait()
+}
+
+// runAhead runs the window's workers ahead to until on the crew, taken one
+// at a time; the driver first calls also.
+func (s *simulator) runAhead(c *crew, work []*worker, until time.Duration, also func()) {
+	if len(work) == 0 {
+		also()
+		return
+	}
+	var taken atomic.Int64
+	// Helpers beyond the work would only wake to find nothing.
+	c.do(min(c.size(), len(work)+1), func(part int) {
+		if part == 0 {
+			also()
+		}
+		for {
+			i := int(taken.Add(1)) - 1
+			if i >= len(work) {
+				return
+			}
+			s.ahead(work[i], until)
+		}
+	})
+}
+
+// An indexWrite is a replayed fxApply: worker events [lo, hi) of w.
+type indexWrite struct {
+	w      *worker
+	lo, hi int
+}
+
+// minSplitBlocks is the fewest blocks a window's index writes must carry
+// for the crew to share them: waking a helper costs about as much as
+// writing ~100 blocks (futex wake and wait, measured at 10–30 µs a window
+// under load; a block write is one or two cache misses and two atomics).
+const minSplitBlocks = 256
+
+// writeIndex applies the window's replayed index writes, in the replay's
+// order within each lock stripe of the index and on the crew across them
+// (kvindex.Index.Stripe says why that is exact), having first registered
+// their workers with the index in the order the writes would. A window with
+// a Cleared event, or few blocks, is written in order on the driver.
+func (s *simulator) writeIndex(c *crew) {
+	blocks, ordered := 0, c.size() == 1
+	for _, iw := range s.writes {
+		w := iw.w
+		for i := range w.events[iw.lo:iw.hi] {
+			e := &w.events[iw.lo+i]
+			blocks += len(e.Hashes)
+			switch e.Kind {
+			case kvevents.Stored:
+				if !w.indexed {
+					s.index.StoreTier(w.id, e.Medium, nil)
+					w.indexed = true
+				}
+			case kvevents.Cleared:
+				ordered = true
+			}
+		}
+	}
+	if ordered || blocks < minSplitBlocks {
+		for _, iw := range s.writes {
+			kvevents.Apply(s.index, iw.w.id, iw.w.events[iw.lo:iw.hi])
+		}
+	} else {
+		s.split++
+		parts := c.size()
+		c.do(parts, func(part int) {
+			buf := &s.stripeBufs[part]
+			for _, iw := range s.writes {
+				for _, e := range iw.w.events[iw.lo:iw.hi] {
+					h := buf.hashes[:0]
+					for _, x := range e.Hashes {
+						if s.index.Stripe(x)%parts == part {
+							h = append(h, x)
+						}
+					}
+					if len(h) > 0 {
+						buf.ev[0] = kvevents.Event{Kind: e.Kind, Medium: e.Medium, Parent: e.Parent, Hashes: h}
+						kvevents.Apply(s.index, iw.w.id, buf.ev[:])
+					}
+					buf.hashes = h
+				}
+			}
+		})
+	}
+	clear(s.writes)
+	s.writes = s.writes[:0]
+}
+
+// A stripeBuf is one crew goroutine's scratch for writeIndex.
+type stripeBuf struct {
+	hashes []uint64
+	ev     [1]kvevents.Event
 }
 
 // A promptBuf holds one item's prompt and block hashes.

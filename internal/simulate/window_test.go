@@ -61,6 +61,9 @@ func TestThreadsSameReport(t *testing.T) {
 				if s.shared == 0 {
 					t.Errorf("%d threads: no window ran two workers ahead at once", threads)
 				}
+				if s.split == 0 && c.Workers == 200 {
+					t.Errorf("%d threads: no window split its index writes", threads)
+				}
 				if a := s.report().Runs[0].Aggregate; tc.name == "refusals" && a.Errors == 0 {
 					t.Errorf("no request refused: the case tests nothing")
 				}
