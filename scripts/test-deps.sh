@@ -9,6 +9,16 @@
 # missing and how to get it, and fails: the tests never skip.
 set -euo pipefail
 
+# The tests read traces, timing tables and tokenizer files from shared/data
+# beside the checkout (../shared/data from the repository root), which is
+# not in the repository. Without it a dozen tests in five packages fail
+# minutes into the run, each on a missing file; say so first.
+data="$(cd "$(dirname "$0")/.." && pwd)/../shared/data"
+if [ ! -d "$data/traces" ]; then
+  echo "test-deps: the tests need the shared data at $data (traces, timing tables, tokenizer files), and it is not there: put the checkout beside shared/ (clone into the directory that holds shared/, or link shared/ next to the checkout)" >&2
+  exit 1
+fi
+
 missing=()
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
