@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/switchyard-llm/switchyard/internal/hugepage"
 )
 
 // A shard is an open-addressing (linear probing) hash table from block hash
@@ -74,17 +76,12 @@ func newTable(n int) *table {
 	return &table{slots: allocSlots(n), mask: uint64(n - 1)}
 }
 
-// hugePageSize is the transparent huge page size on amd64 and on arm64 with
-// 4 KiB base pages.
-const hugePageSize = 2 << 20
-
 // hugeTables counts tables placed on huge-page-advised memory, for the
 // benchmarks to report what they measured.
 var hugeTables atomic.Int64
 
-// allocSlots returns n zeroed slots. A table of at least one huge page starts
-// on a 2 MiB boundary inside a Go allocation one huge page larger, and the
-// kernel is asked to back it with huge pages.
+// allocSlots returns n zeroed slots. A table of at least one huge page is
+// placed on huge pages (hugepage.Alloc).
 //
 // Why: a lookup's probes land on random pages of a table far larger than
 // the TLB reaches with 4 KiB pages (1,536 second-level entries cover 6 MiB).
@@ -104,19 +101,14 @@ var hugeTables atomic.Int64
 // and zeroed memory.
 func allocSlots(n int) []slot {
 	const slotSize = int(unsafe.Sizeof(slot{}))
-	if n*slotSize < hugePageSize {
+	if n*slotSize < hugepage.Size {
 		return make([]slot, n)
 	}
-	raw := make([]slot, n+hugePageSize/slotSize)
-	off := 0
-	if rem := int(uintptr(unsafe.Pointer(&raw[0])) % hugePageSize); rem != 0 {
-		off = (hugePageSize - rem) / slotSize // rem is a multiple of 16: Go aligns large objects to 8 KiB
-	}
-	s := raw[off : off+n : off+n]
-	if adviseHuge(unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), n*slotSize)) {
+	b, huge := hugepage.Alloc(n * slotSize) // slots hold no pointers
+	if huge {
 		hugeTables.Add(1)
 	}
-	return s
+	return unsafe.Slice((*slot)(unsafe.Pointer(&b[0])), n)
 }
 
 // slotKey maps a block hash to a table key: 0 marks an empty slot, so hash 0

@@ -1,6 +1,10 @@
 package sim
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/switchyard-llm/switchyard/internal/hugepage"
+)
 
 // blockTable is the prefix cache's hash → block map: an open-addressing
 // table with linear probing, sized once for every block of the cache (it
@@ -35,7 +39,7 @@ func newBlockTable(blocks int) blockTable {
 	for n < 2*blocks && bits < 32 {
 		n, bits = n*2, bits+1
 	}
-	return blockTable{slots: make([]uint64, n), shift: 32 - bits}
+	return blockTable{slots: hugepage.Slice[uint64](&kvArena, n), shift: 32 - bits}
 }
 
 func fingerprint(h uint64) uint64 { return (h * fibMul) >> 32 }

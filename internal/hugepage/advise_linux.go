@@ -1,11 +1,11 @@
-package kvindex
+package hugepage
 
 import (
 	"syscall"
 	"unsafe"
 )
 
-// adviseHuge asks the kernel to back b with transparent huge pages and drops
+// Advise asks the kernel to back b with transparent huge pages and drops
 // any pages b already has, so that the next touch faults in a 2 MiB page
 // instead of keeping the 4 KiB pages the Go allocator may have zeroed b with
 // (khugepaged would collapse those only minutes later). b must be Go memory
@@ -15,8 +15,8 @@ import (
 // It reports whether the kernel took the advice. It fails when THP is
 // compiled out or set to "never"; the table then runs on 4 KiB pages, which is
 // correct and only slower.
-func adviseHuge(b []byte) bool {
-	if len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%hugePageSize != 0 {
+func Advise(b []byte) bool {
+	if len(b) == 0 || uintptr(unsafe.Pointer(&b[0]))%Size != 0 {
 		return false
 	}
 	if err := syscall.Madvise(b, madvHugePage); err != nil {
