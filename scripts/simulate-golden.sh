@@ -15,6 +15,7 @@ out=${3:-$(mktemp -d)}
 root=$(cd "$(dirname "$0")/.." && pwd)
 trace=${TRACE:-$root/../shared/data/traces/mooncake_synthetic_trace.jsonl}
 [ -r "$trace" ] || { echo "simulate-golden: trace $trace not readable (set TRACE=)"; exit 2; }
+trace=$(realpath "$trace") # the report names it: the same path from every worktree
 mkdir -p "$out"
 common=(--trace "$trace" --model llama-3.1-8b --gpu h100)
 configs=(
