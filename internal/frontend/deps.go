@@ -114,6 +114,18 @@ type InFlight interface {
 	Release(workerID, requestID string)
 }
 
+// StoreWatcher is an ability an InFlight may have (the node's, to expect
+// the worker's KV events; see kvevents.Consumer.ExpectEvents). Right after
+// a forward's Started, the frontend tells it how many of the prompt's full
+// blocks the index does not show on the worker: the blocks the request
+// makes it store, whether it computes them or, as the decode worker of a
+// remote prefill, receives them by KV transfer and stores them as its own.
+// Started's prefillBlocks count only what it computes (0 for that decode
+// worker), so they cannot tell.
+type StoreWatcher interface {
+	Stores(workerID, requestID string, newBlocks int)
+}
+
 // EventStatus is a worker's KV-event health.
 type EventStatus struct {
 	State        string        `json:"state"` // healthy, resyncing, silent, disabled

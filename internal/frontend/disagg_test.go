@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,3 +205,45 @@ func (nopInFlight) Release(string, string)           {}
 
 // Compile-time check that the fake is a valid ResponseWriter flusher chain.
 var _ http.Flusher = (*statusWriter)(nil)
+
+// TestStoresCountsTransferredBlocks: the decode worker of a remote prefill
+// computes nothing (its Started counts 0 prefill blocks) but stores the
+// blocks the transfer brings, so a StoreWatcher hears of them exactly as of
+// a local prefill's: the node arms its KV-event expectation on both.
+func TestStoresCountsTransferredBlocks(t *testing.T) {
+	body := `{"model":"qwen3-0.6b","prompt":[` + strings.Repeat("1,", 47) + `1],"stream":true,"max_tokens":4}`
+	for _, tc := range []struct {
+		name   string
+		remote bool
+		start  string // the decode worker's forward Started
+	}{
+		{"local", false, "start w-d 2"},
+		{"remote", true, "start w-d 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, d := newFakeWorker(t, "w-p"), newFakeWorker(t, "w-d")
+			inf := &fakeInFlight{}
+			g := &fakeGate{decision: GateDecision{Remote: tc.remote, Reason: "test"}}
+			h := newHarness(t, Config{}, Deps{Gate: g, InFlight: inf}, p.worker(RolePrefill), d.worker(RoleDecode))
+			h.router.overlap = 1
+			resp, b := h.do(t, "POST", "/v1/completions", body)
+			if resp.StatusCode != 200 || resp.Header.Get(HeaderPrefill) != map[bool]string{false: "local", true: "remote"}[tc.remote] {
+				t.Fatalf("status %d, prefill %q: %s", resp.StatusCode, resp.Header.Get(HeaderPrefill), b)
+			}
+			got := inf.recorded()
+			var stores []string
+			for _, e := range got {
+				if strings.HasPrefix(e, "stores ") {
+					stores = append(stores, e)
+				}
+			}
+			// 48 tokens = 3 full blocks, 1 of them on w-d already.
+			if want := []string{"stores w-d 2"}; !slices.Equal(stores, want) {
+				t.Errorf("stores = %q, want %q (all in-flight events: %q)", stores, want, got)
+			}
+			if !slices.Contains(got, tc.start) {
+				t.Errorf("in-flight events %q lack %q", got, tc.start)
+			}
+		})
+	}
+}

@@ -358,6 +358,9 @@ func (f *fakeInFlight) add(s string) {
 func (f *fakeInFlight) Started(w, id string, blocks, _ int) {
 	f.add(fmt.Sprintf("start %s %d", w, blocks))
 }
+func (f *fakeInFlight) Stores(w, id string, n int) {
+	f.add(fmt.Sprintf("stores %s %d", w, n))
+}
 func (f *fakeInFlight) FirstToken(w, id string) { f.add("first " + w) }
 func (f *fakeInFlight) Finished(w, id string)   { f.add("end " + w) }
 func (f *fakeInFlight) Release(w, id string)    { f.add("release " + w) }

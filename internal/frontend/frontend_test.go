@@ -349,7 +349,7 @@ func TestInFlightOrder(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	want := []string{"start w-a 2", "first w-a", "end w-a"} // 48 tokens = 3 blocks, 1 cached
+	want := []string{"start w-a 2", "stores w-a 2", "first w-a", "end w-a"} // 48 tokens = 3 blocks, 1 cached
 	if got := inf.recorded(); !slices.Equal(got, want) {
 		t.Errorf("in-flight events = %q, want %q", got, want)
 	}

@@ -51,6 +51,12 @@ func (rt *route) prefillBlocks(pr *parsedRequest) int {
 	if rt.gated && rt.gate.Remote {
 		return 0
 	}
+	return rt.newBlocks(pr)
+}
+
+// newBlocks are the prompt's full blocks rt.target will store that the
+// router did not see there: computed, or transferred from a remote prefill.
+func (rt *route) newBlocks(pr *parsedRequest) int {
 	return max(0, len(pr.hashes)-rt.overlap)
 }
 

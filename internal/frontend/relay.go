@@ -88,6 +88,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if s.deps.InFlight != nil {
 		s.deps.InFlight.Started(wk.ID, reqID, rt.prefillBlocks(pr), s.promptBlocks(pr))
 		defer finish()
+		if sw, ok := s.deps.InFlight.(StoreWatcher); ok {
+			sw.Stores(wk.ID, reqID, rt.newBlocks(pr))
+		}
 	}
 	ctr := s.inflightCounter(wk.ID)
 	ctr.Add(1)

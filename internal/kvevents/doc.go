@@ -44,8 +44,10 @@
 // stream. Silence alone therefore never marks such a worker unhealthy.
 // Instead the frontend tells the consumer, with ExpectEvents, about each
 // request that should make its worker store blocks (the prompt has full
-// blocks the index does not show there) once the request's first token
-// arrives: the engine has computed those blocks by then and published their
+// blocks the index does not show there, whether the worker computes them
+// or, as the decode worker of a remote prefill, receives them by KV
+// transfer) once the request's first token arrives: the engine has
+// computed or received those blocks by then and published their
 // BlockStored at the end of that step. If no batch with events follows the
 // request's routing within ExpectWithin (2.5 s), or ExpectGrace (0.5 s)
 // after its first token when that came later, the worker turns silent with

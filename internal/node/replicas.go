@@ -14,9 +14,10 @@ import (
 )
 
 var (
-	_ frontend.InFlight = sharedInFlight{}
-	_ replica.Applier   = peerApplier{}
-	_ frontend.Cluster  = adapters{}
+	_ frontend.InFlight     = sharedInFlight{}
+	_ frontend.StoreWatcher = sharedInFlight{}
+	_ replica.Applier       = peerApplier{}
+	_ frontend.Cluster      = adapters{}
 )
 
 // rotationStart derives the router's tie rotation start from the replica
@@ -41,7 +42,14 @@ type sharedInFlight struct {
 func (x sharedInFlight) Started(worker, id string, prefillBlocks, promptBlocks int) {
 	x.r.Started(worker, id, prefillBlocks, promptBlocks)
 	x.s.Started(worker, id, prefillBlocks, promptBlocks)
-	if x.ex != nil && prefillBlocks > 0 {
+}
+
+// Stores arms the expectation of the worker's KV events when the request
+// makes it store blocks the index does not show there. Not Started's
+// prefillBlocks: the decode worker of a remote prefill computes none, yet
+// it stores (and publishes) every block the transfer brings.
+func (x sharedInFlight) Stores(worker, id string, newBlocks int) {
+	if x.ex != nil && newBlocks > 0 {
 		x.ex.started(worker, id)
 	}
 }
@@ -73,13 +81,19 @@ func (x sharedInFlight) Release(worker, id string) {
 }
 
 // expectations remembers when each in-flight request that must store
-// blocks (full prompt blocks the index does not show on its worker) was
-// routed, and at its first token tells the consumer to expect that
-// worker's events (kvevents.Consumer.ExpectEvents).
+// blocks (full prompt blocks the index does not show on its worker,
+// computed there or transferred from a remote prefill) was sent to it, and
+// at its first token tells the consumer to expect that worker's events
+// (kvevents.Consumer.ExpectEvents).
 type expectations struct {
-	c  *kvevents.Consumer
+	c  eventExpecter
 	mu sync.Mutex // guards at
 	at map[[2]string]time.Time
+}
+
+// eventExpecter is the part of *kvevents.Consumer expectations use.
+type eventExpecter interface {
+	ExpectEvents(workerID string, routed time.Time)
 }
 
 func newExpectations(c *kvevents.Consumer) *expectations {
