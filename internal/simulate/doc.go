@@ -36,9 +36,11 @@
 // Threads goroutines: between two arrivals each worker runs its own events
 // ahead, logging what they change outside it (index, router load tracking,
 // counters), and the driver then applies those changes in the serial run's
-// order before it routes the arrival (window.go says why that is exact). A
-// disaggregated cluster runs on one goroutine: its prefill workers, links and
-// decode workers hand each other requests between arrivals. Times in the
+// order before it routes the arrival (the index's split by its lock stripes
+// across the goroutines, each stripe's in that order; window.go says why
+// that is exact). Routing stays on one goroutine. A disaggregated cluster
+// runs on one goroutine: its prefill workers, links and decode workers hand
+// each other requests between arrivals. Times in the
 // report are divided by Speedup so that a simulation of `up --speedup S`
 // compares directly with `bench` against it.
 package simulate

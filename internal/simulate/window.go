@@ -33,11 +33,12 @@ import (
 //  2. replay: the driver pops the window's events from the queue in the
 //     serial order, (time, seq), and applies each one's logged effects,
 //     queueing the events they queue with fresh seqs, exactly as the serial
-//     loop would have made them. Whatever the order of the index's or the
-//     router's insides, they see the serial run's calls in the serial order.
-//     The index writes are applied last, split by the index's lock stripes
-//     across the goroutines (writeIndex): nothing reads the index before
-//     the arrival's Pick.
+//     loop would have made them. Whatever the router's insides, it sees the
+//     serial run's calls in the serial order. The index writes are applied
+//     last (nothing reads the index before the arrival's Pick), split by
+//     the index's lock stripes across the goroutines, each stripe's in the
+//     serial order (writeIndex; kvindex.Index.Stripe says why that is
+//     exact).
 //  3. the arrival, serially, up to the router's Started: queueing the
 //     request on its worker's core and starting the worker's step are the
 //     worker's own business, so the next window runs them ahead first and

@@ -95,3 +95,18 @@ func TestNextOwnTies(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCrewDo is the barrier a windowed run pays per window at
+// --threads 2 (twice in windows whose index writes it splits): waking a
+// helper with an empty job and waiting for it.
+func BenchmarkCrewDo(b *testing.B) {
+	c := newCrew(1)
+	defer c.stop()
+	var n [2]int
+	for b.Loop() {
+		c.do(2, func(part int) { n[part]++ })
+	}
+	if n[0] != n[1] || n[0] == 0 {
+		b.Fatalf("parts ran %d and %d times", n[0], n[1])
+	}
+}
