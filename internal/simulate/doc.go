@@ -21,7 +21,10 @@
 //     RTT; concurrent transfers from one prefill worker share its rate
 //     equally. Links are measured before the first request (live: probed
 //     when the pair registers) and the gate's estimator then learns from
-//     every transfer, as it does live.
+//     every transfer, as it does live. The decode leg reaches the decode
+//     worker when the prefill is done, and its place in that worker's queue
+//     dates from then, although it is scheduled only once the KV is in (as
+//     the live worker and vLLM queue it, sim.Request.QueuedAt).
 //   - Requests reach the router one at a time, in trace order, and each is
 //     counted in its worker's load as it is picked. A live frontend handles
 //     requests concurrently: on a busy host near-simultaneous ones reach

@@ -240,6 +240,10 @@ type request struct {
 	decode   *worker
 	prefill  *worker // set while the remote prefill runs or transfers
 	remote   bool    // its prompt's KV comes from a remote prefill
+	// queuedAt is when the decode leg of a remote prefill reached the
+	// decode worker: P's prefill done, its KV still to cross. The decode
+	// worker queues it from then (sim.Request.QueuedAt).
+	queuedAt time.Duration
 	rec      *bench.Record
 }
 
@@ -736,7 +740,7 @@ type pending struct {
 func (s *simulator) add(d *worker, p pending) {
 	r := p.r
 	it := &s.cfg.Items[r.idx]
-	if _, err := d.core.Add(sim.Request{ID: r.id, Tokens: p.prompt, Hashes: p.hashes, MaxTokens: it.MaxTokens, Tag: r.idx}, p.at); err != nil {
+	if _, err := d.core.Add(sim.Request{ID: r.id, Tokens: p.prompt, Hashes: p.hashes, MaxTokens: it.MaxTokens, Tag: r.idx, QueuedAt: r.queuedAt}, p.at); err != nil {
 		s.effect(d, effect{kind: fxFinished, req: r.id})
 		s.failed(r, 400, "http_400", err.Error())
 		s.effect(d, effect{kind: fxDone})
@@ -823,6 +827,7 @@ func (s *simulator) deliver(w *worker, d sim.Delivery, now time.Duration) {
 // live.
 func (s *simulator) startTransfer(r *request, pinned *sim.PinnedSet) {
 	d, p := r.decode, r.prefill
+	r.queuedAt = s.now
 	f := &flow{req: r, start: s.now, pinned: pinned}
 	if pinned != nil {
 		have := d.core.CachedPrefix(pinned.Hashes)

@@ -359,9 +359,25 @@ func (c *Core) Add(req Request, at time.Duration) (Handle, error) {
 		return Handle{}, err
 	}
 	c.clock = max(c.clock, at)
-	s.arrival = at
-	c.waiting = append(c.waiting, s)
+	c.enqueue(s, at)
 	return Handle{s}, nil
+}
+
+// enqueue queues s, arrived at at, at the back of the waiting queue, or at
+// its Request.QueuedAt place: behind every waiting sequence queued no later
+// than that, ahead of those queued since, but never ahead of a preempted
+// one (which holds the head, as in vLLM). The scan starts at the back, so a
+// normal arrival costs nothing.
+func (c *Core) enqueue(s *seq, at time.Duration) {
+	s.arrival, s.queued = at, at
+	if q := s.req.QueuedAt; q > 0 && q < at {
+		s.queued = q
+	}
+	i := len(c.waiting)
+	for i > 0 && c.waiting[i-1].queued > s.queued && c.waiting[i-1].preemptions == 0 {
+		i--
+	}
+	c.waiting = slices.Insert(c.waiting, i, s)
 }
 
 // Advance runs scheduler steps back to back, applying each at once, and

@@ -300,3 +300,63 @@ func TestCoreRecycle(t *testing.T) {
 		t.Errorf("a recycled request allocates %d bytes, want well under its %d-byte token buffer and %d-byte hash list", per, 4*len(big), 8*len(big)/16)
 	}
 }
+
+// TestCoreQueuedAtHoldsPlace: a decode leg added after its KV was pulled
+// takes its place in the waiting queue from Request.QueuedAt, ahead of a
+// request that arrived during the pull, as vLLM's queue holds it
+// (WAITING_FOR_REMOTE_KVS); without QueuedAt it queues behind.
+func TestCoreQueuedAtHoldsPlace(t *testing.T) {
+	prompt := func(n, seed int) []uint32 {
+		toks := make([]uint32, n)
+		for i := range toks {
+			toks[i] = uint32(1000 + (i*13+seed*7919)%5000)
+		}
+		return toks
+	}
+	for _, tc := range []struct {
+		name      string
+		queuedAt  time.Duration
+		wantAhead bool
+	}{
+		{"queued before the other arrival", 500 * time.Microsecond, true},
+		{"no QueuedAt", 0, false},
+		{"QueuedAt after the other arrival", 1500 * time.Microsecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewCore(Config{KVBlocks: 4096, MaxNumBatchedTokens: 256}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// a occupies the step budget; b arrives at 1 ms and c, pulled
+			// since tc.queuedAt, at 2 ms.
+			reqs := []struct {
+				r  Request
+				at time.Duration
+			}{
+				{Request{Tokens: prompt(2000, 1), MaxTokens: 2, Tag: 0}, 0},
+				{Request{Tokens: prompt(1000, 2), MaxTokens: 2, Tag: 1}, time.Millisecond},
+				{Request{Tokens: prompt(100, 3), MaxTokens: 2, Tag: 2, QueuedAt: tc.queuedAt}, 2 * time.Millisecond},
+			}
+			first := map[int]time.Duration{}
+			for _, q := range reqs {
+				if _, err := c.Add(q.r, q.at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for !c.Idle() {
+				dt, dels := c.Advance(1<<62 - 1)
+				if dt == 0 {
+					t.Fatal("core stalled")
+				}
+				for _, d := range dels {
+					if d.First {
+						first[d.H.Tag()] = d.At
+					}
+				}
+			}
+			if got := first[2] < first[1]; got != tc.wantAhead {
+				t.Errorf("c's first token at %v, b's at %v: c ahead = %v, want %v", first[2], first[1], got, tc.wantAhead)
+			}
+		})
+	}
+}

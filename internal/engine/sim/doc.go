@@ -32,6 +32,15 @@
 // Events follow vLLM: an eviction that offloads is a GPU Removed and a CPU
 // Stored; a loaded block is a GPU Stored and keeps its lower-tier copy.
 //
+// Disaggregation: a decode leg whose prefill ran on another worker pulls
+// that KV into the cache before it is scheduled, and then keeps the place
+// in the waiting queue it took when it arrived, before the pull
+// (Request.QueuedAt): vLLM queues such a request on arrival and skips it,
+// without losing its place, until its KV is in (WAITING_FOR_REMOTE_KVS).
+// Queued at the end of the pull instead, it waited behind every request
+// that reached the worker while its KV crossed. vLLM starts the pull only
+// when its scheduler reaches the request; here the pull starts on arrival.
+//
 // KV payloads are not held: a block's bytes are kvpayload.Fill(hash, ...)
 // whenever a transport needs them.
 //

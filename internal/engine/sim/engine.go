@@ -50,6 +50,14 @@ type Request struct {
 	// Tag is the caller's reference, handed back by Handle.Tag; the engine
 	// does not use it.
 	Tag int
+	// QueuedAt, when positive and before the request's arrival, is the
+	// simulated time it took its place in the waiting queue: a decode leg
+	// whose remote prefill's KV was pulled before it was added. vLLM queues
+	// such a request when the decode leg arrives and skips it while the
+	// pull runs (WAITING_FOR_REMOTE_KVS) without losing its place, so the
+	// requests that arrived during the pull wait behind it. Zero: its
+	// arrival.
+	QueuedAt time.Duration
 }
 
 // Result is what a finished request produced, with its simulated timings.
@@ -145,6 +153,7 @@ type seq struct {
 	everRun     bool
 	preemptions int
 	arrival     time.Duration
+	queued      time.Duration // its place in the waiting queue (Request.QueuedAt)
 	scheduled   time.Duration
 	firstToken  time.Duration
 	lastToken   time.Duration
@@ -266,6 +275,18 @@ func (e *Engine) signal() {
 	}
 }
 
+// Now is the engine's simulated time: its clock while it runs, and the
+// wall clock's simulated equivalent while it idles. A decode leg reads it on
+// arrival, before pulling its KV, for Request.QueuedAt.
+func (e *Engine) Now() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.busy {
+		return e.clock
+	}
+	return max(e.clock, e.simAnchor+time.Duration(float64(time.Since(e.wallAnchor))*e.cfg.Speedup))
+}
+
 // Submit queues a request. The returned Stream yields its tokens; the
 // caller must Close it.
 func (e *Engine) Submit(req Request) (*Stream, error) {
@@ -286,8 +307,7 @@ func (e *Engine) Submit(req Request) (*Stream, error) {
 		e.wallAnchor, e.simAnchor = now, e.clock
 		e.busy = true
 	}
-	s.arrival = e.clock
-	e.waiting = append(e.waiting, s)
+	e.enqueue(s, e.clock)
 	e.mu.Unlock()
 	e.signal()
 	return &Stream{e: e, s: s}, nil

@@ -295,7 +295,11 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		return
 	}
 	ctx := r.Context()
+	var queuedAt time.Duration
 	if g.remotePref {
+		// The request holds its place in the queue from now, as vLLM's
+		// does while it pulls (Request.QueuedAt).
+		queuedAt = w.Now()
 		// Set before any answer is written: the pull precedes scheduling.
 		n, d := w.pullRemote(ctx, reqID, g)
 		rw.Header().Set(HeaderKVPulledBytes, strconv.FormatInt(n, 10))
@@ -305,7 +309,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 	for i := range choices {
 		c := &choice{}
 		r := Request{ID: reqID, Tokens: g.tokens, Salt: req.CacheSalt, MaxTokens: g.maxTokens, MinTokens: deref(req.MinTokens),
-			IgnoreEOS: req.IgnoreEOS, Seed: req.Seed, Pin: g.remoteDec, Choice: i}
+			IgnoreEOS: req.IgnoreEOS, Seed: req.Seed, Pin: g.remoteDec, Choice: i, QueuedAt: queuedAt}
 		if i > 0 {
 			r.ID = fmt.Sprintf("%s.%d", reqID, i)
 		}
