@@ -127,7 +127,8 @@ type Decision struct {
 	Choice Choice
 	Reason Reason
 	// TLocal and TRemote are the predicted times to first token. TRemote
-	// excludes the transfer when the link is unmeasured.
+	// excludes the transfer when the link is unmeasured, and is never less
+	// than D's queue (QueueD + DecodeStepD), which the KV lands behind.
 	TLocal, TRemote time.Duration
 	TransferBytes   int64         // (n − h_D) · kv_bytes_per_token
 	TransferTime    time.Duration // TransferBytes / B + rtt + the link wait beyond P's own; 0 when unmeasured
@@ -302,6 +303,10 @@ func (g *Gate) predict(in Input, backlog bool) Decision {
 			d.TransferTime = max(0, d.LinkBacklog-wait) + time.Duration(math.Min(secs, 1e9)*float64(time.Second)) + d.RTT
 			d.TRemote += d.TransferTime
 		}
+		// The KV lands in D's queue, and D serves its queue in order: the
+		// first token cannot come before D has finished the prefills queued
+		// there now, then one step for the prompt's last token.
+		d.TRemote = max(d.TRemote, in.QueueD+in.DecodeStepD)
 	}
 
 	switch {
@@ -317,7 +322,8 @@ func (g *Gate) predict(in Input, backlog bool) Decision {
 		d.Choice, d.Reason = ChoiceLocal, ReasonLinkUnmeasured
 	case float64(d.TRemote) < (1-g.cfg.Margin)*float64(d.TLocal):
 		d.Choice, d.Reason = ChoiceRemote, ReasonRemoteFaster
-	case d.StallD > 0 && d.ITLD > g.cfg.ITLSLO && d.TRemote <= g.cfg.TTFTSLO:
+	case d.StallD > 0 && d.ITLD > g.cfg.ITLSLO && d.TRemote <= g.cfg.TTFTSLO &&
+		(1-g.cfg.Margin)*float64(d.TRemote) <= float64(d.TLocal):
 		d.Choice, d.Reason = ChoiceRemote, ReasonITLProtect
 	default:
 		d.Choice, d.Reason = ChoiceLocal, ReasonLocalFaster

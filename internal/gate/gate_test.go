@@ -123,11 +123,19 @@ func TestDecideTable(t *testing.T) {
 			func(in *Input) { in.Link = Link{} }, ChoiceLocal, ReasonNoPrefillWorker},
 		{"fully cached on D", Config{}, fastLink,
 			func(in *Input) { in.CachedD = 32000; in.QueueP = 0 }, ChoiceLocal, ReasonLocalFaster},
-		// 8k tokens: 0.8 s either way, P queued 0.1 s, transfer 0.09 s, so
-		// remote is slower; but 32 decodes on D at 20 ms steps would see
-		// 0.8 s / 16 chunks = 50 ms more per token.
+		// 8k tokens: 0.8 s either way, D queued 0.1 s, P 0.05 s, transfer
+		// 0.09 s: remote (0.94 s) is slower than local (0.9 s) but within
+		// the margin; 32 decodes on D at 20 ms steps would see 0.8 s / 16
+		// chunks = 50 ms more per token.
 		{"itl protect", Config{ITLSLO: 50 * time.Millisecond}, fastLink,
 			itlCase, ChoiceRemote, ReasonITLProtect},
+		// P queued 0.3 s: remote (1.19 s) is more than the margin slower.
+		{"itl protect would cost more than the margin", Config{ITLSLO: 50 * time.Millisecond}, fastLink,
+			func(in *Input) { itlCase(in); in.QueueP = 300 * time.Millisecond }, ChoiceLocal, ReasonLocalFaster},
+		// 100 tokens behind 2 s of D's queue: P and the link take 11 ms, but
+		// the KV then waits behind that queue all the same.
+		{"short prompt behind D's queue stays local", Config{}, fastLink,
+			func(in *Input) { in.PromptTokens = 100; in.QueueD = 2 * time.Second }, ChoiceLocal, ReasonLocalFaster},
 		{"itl within target", Config{ITLSLO: 100 * time.Millisecond}, fastLink,
 			itlCase, ChoiceLocal, ReasonLocalFaster},
 		{"itl protect would break ttft", Config{ITLSLO: 50 * time.Millisecond, TTFTSLO: 500 * time.Millisecond}, fastLink,
@@ -160,7 +168,8 @@ func TestDecideTable(t *testing.T) {
 
 func itlCase(in *Input) {
 	in.PromptTokens = 8000
-	in.QueueP = 100 * time.Millisecond
+	in.QueueD = 100 * time.Millisecond
+	in.QueueP = 50 * time.Millisecond
 	in.RunningDecodesD = 32
 	in.DecodeStepD = 20 * time.Millisecond
 	in.ChunkTokensD = 512
@@ -197,7 +206,8 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	g := newGate(t, Config{Registerer: reg})
-	in := Input{PromptTokens: 100, QueueD: time.Second, PrefillD: linearPrefill(time.Millisecond), PrefillP: linearPrefill(time.Millisecond), Link: Link{"p0", "d0"}}
+	// 2 s of prefill behind D's 1 s queue: remote (2 s) beats local (3 s).
+	in := Input{PromptTokens: 2000, QueueD: time.Second, PrefillD: linearPrefill(time.Millisecond), PrefillP: linearPrefill(time.Millisecond), Link: Link{"p0", "d0"}}
 	for range 3 {
 		g.Decide(in)
 	}
