@@ -157,6 +157,7 @@ func TestBadConfig(t *testing.T) {
 		{"prefill without link", func(c *Config) { c.PrefillWorkers = 1 }, "--link-rate"},
 		{"bad disagg", func(c *Config) { c.Disagg = "sometimes" }, "--disagg"},
 		{"no requests", func(c *Config) { c.Items = nil }, "no requests"},
+		{"negative threads", func(c *Config) { c.Threads = -1 }, "--threads -1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := smallConfig(t, 5)
