@@ -132,6 +132,7 @@ type worker struct {
 	expectSince  time.Time
 	expectBy     time.Time
 	expectSilent bool
+	expectSet    time.Time // when ExpectEvents last armed (or tightened) the expectation
 }
 
 // NewConsumer validates cfg and returns a Consumer; call Run.
@@ -489,6 +490,7 @@ func (c *Consumer) resync(ctx context.Context, w *worker) {
 	subject := c.cfg.Subjects.Snapshot(w.id)
 	var snap Snapshot
 	for {
+		asked := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.SnapshotTimeout)
 		msg, err := c.cfg.NC.RequestWithContext(rctx, subject, nil)
 		cancel()
@@ -518,7 +520,7 @@ func (c *Consumer) resync(ctx context.Context, w *worker) {
 			return
 		}
 		w.lastSeen = now
-		if c.installLocked(w, &snap, now) {
+		if c.installLocked(w, &snap, asked, now) {
 			w.resyncing = false
 			w.mu.Unlock()
 			return
@@ -530,7 +532,7 @@ func (c *Consumer) resync(ctx context.Context, w *worker) {
 // installLocked replaces the worker's index entries with the snapshot and
 // replays buffered batches after it. It reports whether the worker is now in
 // sync; if not, the caller fetches another snapshot.
-func (c *Consumer) installLocked(w *worker, s *Snapshot, now time.Time) bool {
+func (c *Consumer) installLocked(w *worker, s *Snapshot, asked, now time.Time) bool {
 	c.cfg.Index.Clear(w.id)
 	ok := c.cfg.Index.StoreTier(w.id, TierGPU, s.Hashes)
 	for _, l := range s.Lower {
@@ -576,6 +578,16 @@ func (c *Consumer) installLocked(w *worker, s *Snapshot, now time.Time) bool {
 		return false
 	}
 	w.needResync = false
+	// An expectation armed before the snapshot was asked for is met by it:
+	// the request had its first token by then, so the blocks it stored are
+	// in the worker's own account of what it holds, while the events that
+	// reported them are what the resync replaced (lost in a NATS outage,
+	// say). Judged later, it would flag a worker whose index is now exact,
+	// and one that stores nothing new (all its prompts cached) would stay
+	// silent for good. One armed since then still stands.
+	if w.expectSet.Before(asked) {
+		w.expectSince, w.expectBy, w.expectSilent = time.Time{}, time.Time{}, false
+	}
 	c.setStateLocked(w, StateHealthy, fmt.Sprintf("resynced from snapshot at seq %d (%d blocks)", s.Seq, len(s.Hashes)), now)
 	return true
 }
@@ -600,7 +612,8 @@ const (
 // events arrives. Real engines send no heartbeats and a bridge's heartbeats
 // only prove the bridge alive, so this is what catches an engine whose
 // event stream stopped while it serves. A batch with events that arrived
-// after routed already satisfies it. Only a healthy worker is judged.
+// after routed already satisfies it, and a snapshot asked for after this
+// call meets it. Only a healthy worker is judged.
 func (c *Consumer) ExpectEvents(workerID string, routed time.Time) {
 	c.mu.RLock()
 	w := c.workers[workerID]
@@ -624,6 +637,7 @@ func (c *Consumer) ExpectEvents(workerID string, routed time.Time) {
 	if w.expectBy.IsZero() || by.Before(w.expectBy) {
 		w.expectBy = by
 	}
+	w.expectSet = now
 }
 
 // SetExpected tells the consumer the registry lists worker, with KV events

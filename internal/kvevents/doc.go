@@ -53,7 +53,10 @@
 // after its first token when that came later, the worker turns silent with
 // that cause; with the 100 ms check tick a stopped stream is flagged within
 // 3 s of the first such request whenever its first token came within 2.5 s.
-// Heartbeats do not clear it; the next batch with events does. A request
+// Heartbeats do not clear it; the next batch with events does, and so does
+// a snapshot asked for after the request's first token (the blocks it
+// stored are in it: after a NATS outage lost their events, the resync's
+// exact index must not be flagged by them). A request
 // whose blocks the engine had cached unbeknown to the index stores nothing,
 // so it could flag a false silent; the index under-counts only after a
 // bridge rebuilt its mirror, and the next batch with events clears it.

@@ -379,3 +379,36 @@ func TestExpectEventsFlagsStoppedStream(t *testing.T) {
 	w.eng.step(1)
 	eventually(t, 10*time.Second, "w1 healthy again", func() bool { return c.Health("w1") == StateHealthy })
 }
+
+// TestResyncMeetsEarlierExpectation is e2e TestNATSOutage's finding: a
+// request routed during an outage armed an expectation whose events the
+// outage lost; after the resync the worker was healthy with an exact index,
+// then flagged silent by that expectation, and, serving only prompts it had
+// cached, never published events to clear it. A snapshot asked for after
+// an expectation was armed meets it; one armed after the resync still
+// flags a stopped stream.
+func TestResyncMeetsEarlierExpectation(t *testing.T) {
+	srv := startNATS(t)
+	idx := newMemIndex()
+	c, err := NewConsumer(ConsumerConfig{NC: dial(t, srv.ClientURL()), Index: idx, SilenceAfter: 2 * time.Second,
+		ExpectWithin: 400 * time.Millisecond, ExpectGrace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRun(t, c.Run)
+	w := startWorker(t, dial(t, srv.ClientURL()), "w1", 100*time.Millisecond, 1)
+	w.eng.step(4)
+	inSync(t, c, idx, "w1", w.eng)
+	resyncs := c.HealthAll()["w1"].Resyncs
+
+	c.ExpectEvents("w1", time.Now()) // its events are then lost:
+	w.pub.skip(1)                    // the next heartbeat shows the gap
+	eventually(t, 10*time.Second, "a resync", func() bool { return c.HealthAll()["w1"].Resyncs > resyncs })
+	time.Sleep(700 * time.Millisecond) // past the expectation's deadline; observation window, not synchronisation
+	if h := c.HealthAll()["w1"]; h.State != StateHealthy {
+		t.Errorf("after a resync that met the expectation: %v (%s), want healthy", h.State, h.Cause)
+	}
+
+	c.ExpectEvents("w1", time.Now())
+	eventually(t, 10*time.Second, "w1 silent on an expectation armed after the resync", func() bool { return c.Health("w1") == StateSilent })
+}
