@@ -263,15 +263,13 @@ func TestTierPricedBeatsTierBlind(t *testing.T) {
 // KV its decode worker already holds (a transfer of nothing, done at once),
 // delivered the second twice: finishing the empty transfer started the
 // prefill worker's next step while its deliveries were being walked, and
-// that step's deliveries overwrote them. Requests 2500-2899 of the Mooncake
-// trace on 1 prefill + 2 decode hit it (a panic on the recycled buffer)
-// under `auto`, whose gate then sent short prompts remote that D held. The
-// gate now keeps those local (T_remote is at least D's queue), and neither
-// `auto` nor `always` on this or four other slices reproduces the bug with
-// the fix reverted; the test runs `always`, every prefill remote, and keeps
-// the conservation check until a direct reproducer replaces it.
+// that step's deliveries overwrote them (a panic on the recycled buffer).
+// Under `always` every prefill goes remote, so prompts the decode worker
+// already holds cross the link: requests 250-309 of the Mooncake trace hit
+// it on 1, 10 and 100 Gbit/s with the fix reverted (and 2500-2899 did under
+// `auto` before the gate kept such prompts local).
 func TestPrefillDeliveredOnce(t *testing.T) {
-	reqs, err := bench.ReadTraceSlice(mooncakePath, bench.FormatMooncake, 2500, 400)
+	reqs, err := bench.ReadTraceSlice(mooncakePath, bench.FormatMooncake, 250, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +280,7 @@ func TestPrefillDeliveredOnce(t *testing.T) {
 	c.Disagg = gate.ModeAlways
 	rep := run(t, c)
 	a := rep.Runs[0].Aggregate
-	if a.Requests != 400 || a.OK+a.Rejected+a.Errors != a.Requests || a.PrefillRemote == 0 {
-		t.Fatalf("requests %d = ok %d + rejected %d + errors %d, %d remote: want 400 in all and some remote", a.Requests, a.OK, a.Rejected, a.Errors, a.PrefillRemote)
+	if a.Requests != 60 || a.OK+a.Rejected+a.Errors != a.Requests || a.PrefillRemote == 0 {
+		t.Fatalf("requests %d = ok %d + rejected %d + errors %d, %d remote: want 60 in all and some remote", a.Requests, a.OK, a.Rejected, a.Errors, a.PrefillRemote)
 	}
 }
