@@ -340,17 +340,7 @@ func TestRunStops(t *testing.T) {
 // behind a bridge) is flagged silent by a request that should have stored
 // blocks, not by its silence, and recovers with its next batch of events.
 func TestExpectEventsFlagsStoppedStream(t *testing.T) {
-	srv := startNATS(t)
-	idx := newMemIndex()
-	c, err := NewConsumer(ConsumerConfig{NC: dial(t, srv.ClientURL()), Index: idx, SilenceAfter: time.Second,
-		ExpectWithin: 400 * time.Millisecond, ExpectGrace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	goRun(t, c.Run)
-	w := startWorker(t, dial(t, srv.ClientURL()), "w1", 100*time.Millisecond, 1)
-	w.eng.step(4)
-	inSync(t, c, idx, "w1", w.eng)
+	c, idx, w := expecting(t, time.Second)
 
 	// Satisfied: events arrived after the request was routed.
 	routed := time.Now()
@@ -388,17 +378,7 @@ func TestExpectEventsFlagsStoppedStream(t *testing.T) {
 // an expectation was armed meets it; one armed after the resync still
 // flags a stopped stream.
 func TestResyncMeetsEarlierExpectation(t *testing.T) {
-	srv := startNATS(t)
-	idx := newMemIndex()
-	c, err := NewConsumer(ConsumerConfig{NC: dial(t, srv.ClientURL()), Index: idx, SilenceAfter: 2 * time.Second,
-		ExpectWithin: 400 * time.Millisecond, ExpectGrace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	goRun(t, c.Run)
-	w := startWorker(t, dial(t, srv.ClientURL()), "w1", 100*time.Millisecond, 1)
-	w.eng.step(4)
-	inSync(t, c, idx, "w1", w.eng)
+	c, _, w := expecting(t, 2*time.Second)
 	resyncs := c.HealthAll()["w1"].Resyncs
 
 	c.ExpectEvents("w1", time.Now()) // its events are then lost:
@@ -411,4 +391,23 @@ func TestResyncMeetsEarlierExpectation(t *testing.T) {
 
 	c.ExpectEvents("w1", time.Now())
 	eventually(t, 10*time.Second, "w1 silent on an expectation armed after the resync", func() bool { return c.Health("w1") == StateSilent })
+}
+
+// expecting starts a consumer that judges expectations after 400 ms (grace
+// 100 ms) and silence after silence, and worker w1 (heartbeats every
+// 100 ms) with 4 blocks, in sync.
+func expecting(t *testing.T, silence time.Duration) (*Consumer, *memIndex, *testWorker) {
+	t.Helper()
+	srv := startNATS(t)
+	idx := newMemIndex()
+	c, err := NewConsumer(ConsumerConfig{NC: dial(t, srv.ClientURL()), Index: idx, SilenceAfter: silence,
+		ExpectWithin: 400 * time.Millisecond, ExpectGrace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goRun(t, c.Run)
+	w := startWorker(t, dial(t, srv.ClientURL()), "w1", 100*time.Millisecond, 1)
+	w.eng.step(4)
+	inSync(t, c, idx, "w1", w.eng)
+	return c, idx, w
 }
