@@ -94,7 +94,7 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	fs.Float64Var(&c.minGood, "min-good", 0.9, "sweep: recommend only configurations where at least this share of requests meets the SLO")
 	fs.StringVar(&c.jsonPath, "json", "", "write the report (bench's JSON schema plus a simulation object) to this file; with --sweep, the ranked table")
 	fs.StringVar(&c.plotPath, "plot", "", "write bench's plots to FILE.png and FILE-hits.png; with --sweep, one plot of the sweep")
-	fs.IntVar(&cfg.Threads, "threads", 0, "goroutines stepping workers of an aggregated cluster (0: one per CPU, 1: serial); the report is the same for any value")
+	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "goroutines stepping workers of an aggregated cluster (1: serial, the fastest measured on 2 cores; 0: one per CPU); the report is the same for any value")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (performance work)")
 	fs.StringVar(&c.compare, "compare", "", "a bench trace --json report of the same slice to set against the simulation")
 	tolerance := fs.String("compare-tolerance", "15%", "with --compare, mark metrics further apart than this (15% or 0.15)")
