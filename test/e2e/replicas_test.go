@@ -184,8 +184,15 @@ func TestFrontendReplicas(t *testing.T) {
 	if d := math.Abs(hit[1] - hit[0]); d > 0.05 {
 		t.Errorf("hit ratio: two sharing frontends %.3f vs one %.3f: differ by %.3f, want within 0.05", hit[1], hit[0], d)
 	}
-	if d := math.Abs(busiest[1] - busiest[0]); d > 0.05 {
-		t.Errorf("balance: busiest worker's share %.3f with two sharing frontends vs %.3f with one, want within 0.05", busiest[1], busiest[0])
+	// The margin is the spread measured on a quiet box: two sharing
+	// frontends' runs put 0.347-0.384 of the requests on the busiest worker
+	// (one frontend: 0.312-0.328), so a median of three lands 0.03-0.07
+	// above one frontend's; 0.05 failed on a clean CI run with 0.381 vs
+	// 0.316. Without sharing the gap is what the hit ratio check catches;
+	// a frontend that ignored its peer's load would put far more on one
+	// worker than 0.08 above a lone frontend.
+	if d := math.Abs(busiest[1] - busiest[0]); d > 0.08 {
+		t.Errorf("balance: busiest worker's share %.3f with two sharing frontends vs %.3f with one, want within 0.08", busiest[1], busiest[0])
 	}
 	if hit[2] > hit[1]-0.05 {
 		t.Errorf("hit ratio without sharing %.3f is not measurably below with sharing %.3f", hit[2], hit[1])
