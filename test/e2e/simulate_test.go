@@ -33,10 +33,6 @@ type simAggregate struct {
 // tokens cached and of the others, with their counts.
 func ttftMedians(t *testing.T, path string, hit int) (hitP50, missP50 float64, hits, misses int) {
 	t.Helper()
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rep struct {
 		Runs []struct {
 			Records []struct {
@@ -46,9 +42,7 @@ func ttftMedians(t *testing.T, path string, hit int) (hitP50, missP50 float64, h
 			} `json:"records"`
 		} `json:"runs"`
 	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readReport(t, path, &rep)
 	var h, m []float64
 	for _, r := range rep.Runs[0].Records {
 		switch {
@@ -69,20 +63,27 @@ func ttftMedians(t *testing.T, path string, hit int) (hitP50, missP50 float64, h
 	return median(h), median(m), len(h), len(m)
 }
 
-func readAggregate(t *testing.T, path string) simAggregate {
+// readReport decodes the JSON report at path into v, the fields a check
+// needs.
+func readReport(t *testing.T, path string, v any) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func readAggregate(t *testing.T, path string) simAggregate {
+	t.Helper()
 	var rep struct {
 		Runs []struct {
 			Aggregate simAggregate `json:"aggregate"`
 		} `json:"runs"`
 	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readReport(t, path, &rep)
 	if len(rep.Runs) != 1 {
 		t.Fatalf("%s: %d runs, want 1", path, len(rep.Runs))
 	}
