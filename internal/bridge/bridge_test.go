@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/vllmpub"
@@ -228,5 +229,47 @@ func TestBridgeMalformedFrames(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(body), "switchyard_bridge_engine_malformed_total 3") {
 		t.Errorf("bridge /metrics lacks the malformed count:\n%s", body)
+	}
+}
+
+// The bridge's drop counters travel with its load report, so the frontend
+// can tell a worker whose index is drifting from its engine.
+func TestBridgeDriftInLoadReport(t *testing.T) {
+	r := newRig(t, vllmpub.Config{})
+	reports := make(chan bus.LoadReport, 64)
+	sub, err := bus.SubscribeLoad(r.nc, r.subj, func(lr bus.LoadReport) {
+		select {
+		case reports <- lr:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	r.startBridge(nil)
+	a, b := newChain(13, 4, ""), newChain(14, 3, "")
+	r.store(a, 0, 2)
+	r.store(b, 1, 3)     // its first block never published: an orphan
+	r.remove(4242, 4343) // never stored
+	r.waitIndex(a.hashes[:2])
+	waitFor(t, "the unknown removals", func() bool { return r.br.Status().Mirror.UnknownRemoved == 2 })
+	want := bus.Drift{Events: 3, OrphanParent: 1, RemovedUnknownBlock: 2}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case lr := <-reports:
+			if lr.Drift == nil {
+				t.Fatalf("load report %+v has no drift", lr)
+			}
+			if *lr.Drift == want {
+				if got := lr.Drift.Dropped(); got != 3 {
+					t.Errorf("dropped = %d, want 3", got)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no load report with drift %+v; bridge status %+v", want, r.br.Status())
+		}
 	}
 }

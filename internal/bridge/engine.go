@@ -112,6 +112,8 @@ func (b *Bridge) scrape(ctx context.Context) bus.LoadReport {
 	}
 	b.mu.Lock()
 	b.st.EngineUp = up
+	d := b.driftLocked()
+	r.Drift = &d
 	restarted := false
 	if err == nil {
 		b.st.Load = r
@@ -227,4 +229,18 @@ func parseLabels(s string) map[string]string {
 		s = s[n+1:]
 	}
 	return out
+}
+
+// driftLocked is what the bridge publishes with its load report about the
+// events it could not index; b.mu is held.
+func (b *Bridge) driftLocked() bus.Drift {
+	ms := b.mirror.Stats()
+	return bus.Drift{
+		Events:              ms.Events + ms.Skipped + ms.UnknownKind,
+		OrphanParent:        ms.Orphans,
+		RemovedUnknownBlock: ms.UnknownRemoved,
+		BadEvent:            ms.BadEvents,
+		SkippedGroup:        ms.Skipped,
+		Rebuilds:            b.st.Rebuilds,
+	}
 }

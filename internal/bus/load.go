@@ -23,7 +23,44 @@ type LoadReport struct {
 	UsedBlocks          int     `json:"used_blocks"`
 	TotalBlocks         int     `json:"total_blocks"`
 	UnixNano            int64   `json:"unix_nano"`
+	// Drift is set by bridges only (nil for Switchyard's own workers):
+	// what the bridge received from its engine and could not index.
+	Drift *Drift `json:"drift,omitempty"`
 }
+
+// Drift counts, since the bridge started, the engine events it received and
+// what it had to drop or set apart. Every field only grows. A share of
+// Events that keeps growing in OrphanParent, RemovedUnknownBlock or BadEvent
+// means the bridge's mirror, and so the frontend's index for that worker,
+// is drifting from what the engine holds.
+type Drift struct {
+	// Events is every engine event received, whatever became of it.
+	Events uint64 `json:"events"`
+	// OrphanParent: BlockStored events whose parent block the bridge did
+	// not hold. Their blocks are indexed under an unknown-parent root, so
+	// later blocks of the same chain still link, but no request's prefix
+	// can match them.
+	OrphanParent uint64 `json:"orphan_parent"`
+	// RemovedUnknownBlock: blocks (not events) named by BlockRemoved that
+	// the bridge did not hold: a stored event was lost or not understood.
+	RemovedUnknownBlock uint64 `json:"removed_unknown_block"`
+	// BadEvent: events inconsistent in themselves (token count against
+	// block count, unreadable extra_keys), not indexed.
+	BadEvent uint64 `json:"bad_event"`
+	// SkippedGroup: events of another KV cache group or attention kind
+	// (hybrid models' sliding-window or mamba groups). Skipping them is
+	// correct, not loss; they are counted so a share can be told apart.
+	SkippedGroup uint64 `json:"skipped_group"`
+	// Rebuilds: times whole batches were lost for good (a sequence gap
+	// replay could not cover, an undecodable payload) and the bridge
+	// cleared the worker's index.
+	Rebuilds uint64 `json:"rebuilds"`
+}
+
+// Dropped is the number of events (removals counted by block) that the
+// bridge received and could not apply as the engine meant: orphans,
+// unknown removals and bad events. Skipped groups are not drops.
+func (d Drift) Dropped() uint64 { return d.OrphanParent + d.RemovedUnknownBlock + d.BadEvent }
 
 // DefaultLoadEvery is how often RunLoadReporter publishes.
 const DefaultLoadEvery = 250 * time.Millisecond
