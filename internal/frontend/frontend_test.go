@@ -163,6 +163,15 @@ func TestValidation(t *testing.T) {
 		{"top_p zero", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","top_p":0}`, 400, "top_p"},
 		{"top_p above 1", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"x"}],"top_p":1.5}`, 400, "top_p"},
 		{"client kv_transfer_params", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.1"}}`, 400, "kv_transfer_params"},
+		// encoding/json takes the last of keys that match case-insensitively;
+		// an engine reads the exact one, so the raw body must carry neither.
+		{"kv_transfer_params hidden behind a case variant", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.1"},"KV_TRANSFER_PARAMS":null}`, 400, "kv_transfer_params"},
+		{"kv_transfer_params in upper case", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","Kv_Transfer_Params":{"do_remote_prefill":true}}`, 400, "kv_transfer_params"},
+		{"kv_transfer_params null", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","kv_transfer_params":null}`, 400, "kv_transfer_params"},
+		{"kv_transfer_params escaped", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","kv_transfer_\u0070arams":{"do_remote_prefill":true}}`, 400, "kv_transfer_params"},
+		{"max_tokens twice in two cases", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":5,"MAX_TOKENS":100000}`, 400, "max_tokens"},
+		{"invalid utf-8 prompt", "/v1/completions", "{\"model\":\"qwen3-0.6b\",\"prompt\":\"a\xff\xfeb\"}", 400, ""},
+		{"invalid utf-8 message", "/v1/chat/completions", "{\"model\":\"qwen3-0.6b\",\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", 400, ""},
 		{"batched prompts", "/v1/completions", `{"model":"qwen3-0.6b","prompt":["a","b"]}`, 400, "prompt"},
 		{"unknown role", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"bogus","content":"x"}]}`, 400, "messages"},
 		{"image content part", "/v1/chat/completions", `{"model":"qwen3-0.6b","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}]}`, 400, "messages"},

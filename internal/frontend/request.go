@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
@@ -110,12 +111,14 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		}
 		return nil, badRequest("", "frontend: request body is not valid JSON: %v", err)
 	}
-	req := &pr.req
-	if req.KVTransferParams != nil {
-		// The frontend sets these for disaggregated serving. From a client
-		// they would make a worker pin blocks or dial any host.
-		return nil, badRequest("kv_transfer_params", "frontend: kv_transfer_params is set by the frontend for disaggregated serving; clients may not send it")
+	// kv_transfer_params is the frontend's, for disaggregated serving: from
+	// a client it would make a worker pin blocks or dial any host. The body
+	// is forwarded as sent, so what the engine reads must be what was
+	// checked here: no second spelling of a key, no bytes that are not UTF-8.
+	if fe := openai.CheckMembers(body, "kv_transfer_params"); fe != nil {
+		return nil, badRequest(fe.Param, "frontend: %s", fe.Msg)
 	}
+	req := &pr.req
 	if req.Model == "" {
 		return nil, badRequest("model", "frontend: model is required")
 	}
@@ -206,9 +209,13 @@ func rewriteBody(body []byte, set map[string]json.RawMessage) ([]byte, error) {
 		return nil, fmt.Errorf("frontend: rewrite body: %w", err)
 	}
 	for k, v := range set {
-		if v == nil {
-			delete(fields, k)
-		} else {
+		// The engine may match keys case-sensitively or not: leave it one.
+		for have := range fields {
+			if strings.EqualFold(have, k) {
+				delete(fields, have)
+			}
+		}
+		if v != nil {
 			fields[k] = v
 		}
 	}

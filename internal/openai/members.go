@@ -1,0 +1,71 @@
+package openai
+
+import (
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+)
+
+// CheckMembers checks what encoding/json lets through but an engine reads
+// differently. Go matches a JSON key to a field case-insensitively and the
+// last of two matching keys wins, while vLLM and SGLang (pydantic) match
+// exactly: a body with "kv_transfer_params" and "KV_TRANSFER_PARAMS" decodes
+// in Go as the second and reaches the engine as the first. So a top-level key
+// may appear once, in any case. A body must also be valid UTF-8, as the
+// OpenAI API requires (encoding/json would quietly turn bad bytes into
+// U+FFFD, so the prompt routed is not the prompt sent).
+//
+// owned lists fields the caller sets itself; a client's key matching one
+// in any case is refused. CheckMembers only looks at a body that is
+// valid JSON; it returns nil for any other, which the decoder then refuses.
+func CheckMembers(body []byte, owned ...string) *FieldError {
+	if !utf8.Valid(body) {
+		return fieldErr("", "request body is not valid UTF-8; send UTF-8 text")
+	}
+	d := reader{b: body}
+	if !d.consume('{') || d.consume('}') {
+		return nil
+	}
+	seen := make(map[string]string, 16)
+	for {
+		d.ws()
+		start := d.i
+		if !d.skipString() {
+			return nil
+		}
+		key, ok := unquoteKey(body[start:d.i])
+		if !ok || !d.consume(':') || !d.skip(0) {
+			return nil
+		}
+		fold := strings.ToLower(key)
+		for _, o := range owned {
+			if strings.EqualFold(key, o) {
+				return fieldErr(o, "%s is set by the frontend; clients may not send it (in any letter case)", o)
+			}
+		}
+		if prev, dup := seen[fold]; dup {
+			return fieldErr(fold, "field %q appears twice (as %q and %q; keys match regardless of case): send it once", fold, prev, key)
+		}
+		seen[fold] = key
+		if d.consume(',') {
+			continue
+		}
+		return nil
+	}
+}
+
+// unquoteKey decodes a quoted key; most have no escapes.
+func unquoteKey(q []byte) (string, bool) {
+	if len(q) < 2 {
+		return "", false
+	}
+	inner := q[1 : len(q)-1]
+	if !strings.ContainsRune(string(inner), '\\') {
+		return string(inner), true
+	}
+	var s string
+	if json.Unmarshal(q, &s) != nil {
+		return "", false
+	}
+	return s, true
+}

@@ -1,0 +1,33 @@
+package openai
+
+import "testing"
+
+func TestCheckMembers(t *testing.T) {
+	tests := []struct {
+		name, body string
+		param      string // "" with ok: accepted
+		ok         bool
+	}{
+		{"plain", `{"model":"m","prompt":"x","max_tokens":3}`, "", true},
+		{"nested keys may repeat", `{"a":{"x":1},"b":{"x":2,"X":3}}`, "", true},
+		{"not json is the decoder's", `{"model":`, "", true},
+		{"owned field", `{"kv_transfer_params":{}}`, "kv_transfer_params", false},
+		{"owned field in another case", `{"KV_Transfer_Params":null}`, "kv_transfer_params", false},
+		{"owned field escaped", `{"kv\u005ftransfer_params":1}`, "kv_transfer_params", false},
+		{"same key twice", `{"model":"a","model":"b"}`, "model", false},
+		{"key in two cases", `{"stream":false,"Stream":true}`, "stream", false},
+		{"invalid utf-8", "{\"prompt\":\"\xff\"}", "", false},
+		{"truncated utf-8 in a key", "{\"p\xe2\x82\":1}", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fe := CheckMembers([]byte(tc.body), "kv_transfer_params")
+			if (fe == nil) != tc.ok {
+				t.Fatalf("CheckMembers(%q) = %v, want ok %v", tc.body, fe, tc.ok)
+			}
+			if fe != nil && fe.Param != tc.param {
+				t.Errorf("param = %q, want %q", fe.Param, tc.param)
+			}
+		})
+	}
+}
