@@ -208,6 +208,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	}
 	fmt.Fprintf(env.Stderr, "starting %d workers (%s on %s)...\n", len(specs), u.engine.Model, u.engine.GPU)
 	var workers []*node.Worker
+	var entries []bus.WorkerInfo // what each worker registered, as the frontend sees it
 	var conns []*nats.Conn
 	var bridges []*bridge.Bridge
 	defer func() {
@@ -248,6 +249,9 @@ func runUp(ctx context.Context, args []string, env Env) int {
 			}
 			workers = append(workers, w)
 			bridges = append(bridges, b)
+			// The bridge registers the engine, with its events on; the
+			// simulated engine behind it publishes nothing on NATS itself.
+			entries = append(entries, b.Info())
 			continue
 		}
 		w, err := node.StartWorker(ctx, wc)
@@ -255,14 +259,15 @@ func runUp(ctx context.Context, args []string, env Env) int {
 			return fail(ExitFail, err)
 		}
 		workers = append(workers, w)
+		entries = append(entries, w.Info())
 	}
 	if err := waitRoutable(ctx, fe, len(specs)); err != nil {
 		return fail(ExitFail, err)
 	}
 
 	var lines []string
-	for _, w := range workers {
-		in := w.Info()
+	for i, w := range workers {
+		in := entries[i]
 		note := ""
 		if !in.KVEventsEnabled {
 			note = "  [KV events OFF]"
@@ -277,7 +282,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 			}
 		}
 		tiers := ""
-		if p := in.Profile; p.CPUBlocks > 0 {
+		if p := w.Info().Profile; p.CPUBlocks > 0 { // the engine's own tiers
 			tiers = fmt.Sprintf(" + %d in host memory", p.CPUBlocks)
 			if p.DiskBlocks > 0 {
 				tiers += fmt.Sprintf(" + %d on disk", p.DiskBlocks)
