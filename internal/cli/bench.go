@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,53 +31,76 @@ const benchUsage = `usage: switchyard bench <routing|disagg|trace|selftest> [fla
 // (-1 to go on).
 func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath string, code int) {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fmt.Fprint(env.Stderr, benchUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+			fmt.Fprint(env.Stdout, benchUsage)
+			fmt.Fprintln(env.Stdout, "Run 'switchyard bench SCENARIO --help' for a scenario's flags.")
 			return cfg, "", "", ExitOK
 		}
-		fmt.Fprintln(env.Stderr, "switchyard bench: name a scenario first, e.g. 'switchyard bench routing --url http://127.0.0.1:8000'")
-		return cfg, "", "", ExitUsage
+		return cfg, "", "", usageError(env, "bench", "name a scenario first: routing, disagg, trace or selftest (e.g. 'switchyard bench routing --url http://127.0.0.1:8000')")
 	}
 	cfg = bench.DefaultConfig()
 	cfg.Scenario = bench.Scenario(args[0])
-	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchUsage)
-		fs.PrintDefaults()
+	scenarioHelp, known := benchScenarios[cfg.Scenario]
+	if !known {
+		return cfg, "", "", usageError(env, "bench", fmt.Sprintf("unknown scenario %q: want routing, disagg, trace or selftest", args[0]))
 	}
+	all := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
+	fs := all
 	var concurrency, prefixes, warmup optInt
-	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL; several separated by commas spread requests round-robin (a refusing one is skipped)")
-	fs.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models)")
-	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
-	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")
-	fs.IntVar(&cfg.Requests, "requests", cfg.Requests, "measured requests (routing, selftest)")
-	fs.Var(&prefixes, "prefixes", "`K` shared prefixes (routing; default: enough that they need 1.5× one worker's KV cache, from /health)")
-	fs.IntVar(&cfg.PrefixTokens, "prefix-tokens", cfg.PrefixTokens, "prefix length in random token IDs (routing)")
-	fs.IntVar(&cfg.PrefixWords, "prefix-words", 0, "prefix length in English words; overrides --prefix-tokens (routing)")
-	fs.IntVar(&cfg.SuffixTokens, "suffix-tokens", cfg.SuffixTokens, "unique suffix per request (routing)")
-	fs.Var(&warmup, "warmup", "`N` warm-up requests, excluded from results (routing; default one per prefix)")
-	promptTokens := fs.String("prompt-tokens", "500,1500,3000", "prompt sizes to sweep (disagg)")
-	fs.IntVar(&cfg.Repeats, "repeats", cfg.Repeats, "requests per prompt size (disagg)")
-	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (trace)")
-	fs.StringVar(&cfg.TraceFormat, "format", "", "trace format: mooncake or azure (trace; default: azure for a .csv file, else mooncake)")
-	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
-	fs.IntVar(&cfg.Skip, "skip", 0, "skip the trace's first N requests; the slice's first arrives at 0 (trace)")
-	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests after --skip (0 = all)")
-	fs.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "completion tokens per request (routing, disagg, selftest)")
-	fs.Var(&concurrency, "concurrency", "at most `N` requests in flight (default 4; selftest 64; trace 0 = unlimited)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "Poisson arrival rate in requests/s (0 = as fast as --concurrency allows)")
-	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed for every random choice")
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
-	policies := fs.String("compare-policies", "", "comma-separated router policies to compare, e.g. kv,round-robin,random")
-	modes := fs.String("compare-disagg", "", "comma-separated disaggregation modes to compare via PUT /admin/disagg, e.g. never,always,auto")
-	fs.Float64Var(&cfg.LongShare, "long-share", 0, "trace: give this share of requests (chosen by --seed) --long-tokens input tokens and a unique prompt")
-	fs.IntVar(&cfg.LongTokens, "long-tokens", 4000, "trace: input length of the requests --long-share picks")
-	fs.BoolVar(&cfg.ResetCache, "reset-cache", false, "reset worker prefix caches before the run (always on with --compare-policies or --compare-disagg)")
-	fs.IntVar(&cfg.BlockSize, "block-size", 0, "KV block size for the hit count (default: from /health, else 16)")
-	fs.DurationVar(&cfg.TTFTSLO, "ttft-slo", cfg.TTFTSLO, "goodput SLO on time to first token")
-	fs.DurationVar(&cfg.ITLSLO, "itl-slo", cfg.ITLSLO, "goodput SLO on a request's mean inter-token latency")
-	fs.StringVar(&jsonPath, "json", "", "write per-request records and aggregates to this JSON file")
-	fs.StringVar(&plotPath, "plot", "", "write the TTFT CDF to FILE.png and the hit ratio over time to FILE-hits.png (disagg: TTFT by prompt size to FILE-sizes.png)")
+	all.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL; several separated by commas spread requests round-robin (a refusing one is skipped)")
+	all.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models)")
+	all.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
+	all.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")
+	all.IntVar(&cfg.Requests, "requests", cfg.Requests, "measured requests (routing, selftest)")
+	all.Var(&prefixes, "prefixes", "`K` shared prefixes (routing; default: enough that they need 1.5× one worker's KV cache, from /health)")
+	all.IntVar(&cfg.PrefixTokens, "prefix-tokens", cfg.PrefixTokens, "prefix length in random token IDs (routing)")
+	all.IntVar(&cfg.PrefixWords, "prefix-words", 0, "prefix length in English words; overrides --prefix-tokens (routing)")
+	all.IntVar(&cfg.SuffixTokens, "suffix-tokens", cfg.SuffixTokens, "unique suffix per request (routing)")
+	all.Var(&warmup, "warmup", "`N` warm-up requests, excluded from results (routing; default one per prefix)")
+	promptTokens := all.String("prompt-tokens", "500,1500,3000", "prompt sizes to sweep (disagg)")
+	all.IntVar(&cfg.Repeats, "repeats", cfg.Repeats, "requests per prompt size (disagg)")
+	all.StringVar(&cfg.TracePath, "trace", "", "trace file (trace)")
+	all.StringVar(&cfg.TraceFormat, "format", "", "trace format: mooncake or azure (trace; default: azure for a .csv file, else mooncake)")
+	all.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
+	all.IntVar(&cfg.Skip, "skip", 0, "skip the trace's first N requests; the slice's first arrives at 0 (trace)")
+	all.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests after --skip (0 = all)")
+	all.IntVar(&cfg.MaxTokens, "max-tokens", cfg.MaxTokens, "completion tokens per request (routing, disagg, selftest)")
+	all.Var(&concurrency, "concurrency", "at most `N` requests in flight (default 4; selftest 64; trace 0 = unlimited)")
+	all.Float64Var(&cfg.Rate, "rate", 0, "Poisson arrival rate in requests/s (0 = as fast as --concurrency allows)")
+	all.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed for every random choice")
+	all.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
+	policies := all.String("compare-policies", "", "comma-separated router policies to compare, e.g. kv,round-robin,random")
+	modes := all.String("compare-disagg", "", "comma-separated disaggregation modes to compare via PUT /admin/disagg, e.g. never,always,auto")
+	all.Float64Var(&cfg.LongShare, "long-share", 0, "trace: give this share of requests (chosen by --seed) --long-tokens input tokens and a unique prompt")
+	all.IntVar(&cfg.LongTokens, "long-tokens", 4000, "trace: input length of the requests --long-share picks")
+	all.BoolVar(&cfg.ResetCache, "reset-cache", false, "reset worker prefix caches before the run (always on with --compare-policies or --compare-disagg)")
+	all.IntVar(&cfg.BlockSize, "block-size", 0, "KV block size for the hit count (default: from /health, else 16)")
+	all.DurationVar(&cfg.TTFTSLO, "ttft-slo", cfg.TTFTSLO, "goodput SLO on time to first token")
+	all.DurationVar(&cfg.ITLSLO, "itl-slo", cfg.ITLSLO, "goodput SLO on a request's mean inter-token latency")
+	all.StringVar(&jsonPath, "json", "", "write per-request records and aggregates to this JSON file")
+	all.StringVar(&plotPath, "plot", "", "write the TTFT CDF to FILE.png and the hit ratio over time to FILE-hits.png (disagg: TTFT by prompt size to FILE-sizes.png)")
+	// Each scenario takes only the flags it uses: one that would be
+	// silently ignored is refused, and --help lists only what applies.
+	fs = flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
+	all.VisitAll(func(f *flag.Flag) {
+		if benchFlagApplies(f.Name, cfg.Scenario) {
+			fs.Var(f.Value, f.Name, f.Usage)
+			fs.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: switchyard bench %s [flags]\n\n%s\n\nflags:\n", cfg.Scenario, scenarioHelp)
+		printFlags(fs.Output(), fs)
+	}
+	for _, a := range args[1:] {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if strings.HasPrefix(a, "-") && fs.Lookup(name) == nil && all.Lookup(name) != nil {
+			return cfg, "", "", usageError(env, fs.Name(), fmt.Sprintf("--%s does not apply to the %s scenario (it is for: %s)", name, cfg.Scenario, benchFlagScenarios(name)))
+		}
+		if a == "--" {
+			break
+		}
+	}
 	if code := parseFlags(fs, args[1:], env); code >= 0 {
 		return cfg, "", "", code
 	}
@@ -137,7 +161,67 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 		fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return cfg, "", "", ExitUsage
 	}
+	if cfg.Scenario == bench.ScenarioTrace {
+		if err := checkReadable("--trace", cfg.TracePath); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", err)
+			return cfg, "", "", ExitUsage
+		}
+	}
 	return cfg, jsonPath, plotPath, -1
+}
+
+// benchScenarios describes each scenario in its --help.
+var benchScenarios = map[bench.Scenario]string{
+	bench.ScenarioRouting:  "N requests over K shared prefixes (+ unique suffixes) after a warm-up: the prefix-cache hit ratio\nand TTFT a routing policy reaches.\n\n  switchyard bench routing --url http://127.0.0.1:8000 --compare-policies kv,round-robin",
+	bench.ScenarioDisagg:   "A prompt-size sweep, one request at a time, unique prompts: TTFT by prompt size, for deciding\nwhether disaggregated prefill pays.\n\n  switchyard bench disagg --url http://127.0.0.1:8000 --compare-disagg never,always,auto",
+	bench.ScenarioTrace:    "Replays a Mooncake (JSONL) or Azure (CSV) trace's arrivals and lengths against a deployment.\n\n  switchyard bench trace --url http://127.0.0.1:8000 --trace FILE --max-requests 400",
+	bench.ScenarioSelftest: "Drives an in-process trivial SSE server, to measure bench itself: the request rate it sustains\nbounds what it can measure.\n\n  switchyard bench selftest",
+}
+
+// benchFlagOnly names the scenarios of the flags that not every scenario
+// takes; the others apply to all.
+var benchFlagOnly = map[string][]bench.Scenario{}
+
+func init() {
+	live := []bench.Scenario{bench.ScenarioRouting, bench.ScenarioDisagg, bench.ScenarioTrace}
+	for _, n := range []string{"url", "model", "api-key", "admin-key", "compare-policies", "compare-disagg", "reset-cache", "block-size"} {
+		benchFlagOnly[n] = live
+	}
+	for _, n := range []string{"prefixes", "prefix-tokens", "prefix-words", "suffix-tokens", "warmup"} {
+		benchFlagOnly[n] = []bench.Scenario{bench.ScenarioRouting}
+	}
+	for _, n := range []string{"prompt-tokens", "repeats"} {
+		benchFlagOnly[n] = []bench.Scenario{bench.ScenarioDisagg}
+	}
+	for _, n := range []string{"trace", "format", "time-scale", "skip", "max-requests", "long-share", "long-tokens"} {
+		benchFlagOnly[n] = []bench.Scenario{bench.ScenarioTrace}
+	}
+	benchFlagOnly["requests"] = []bench.Scenario{bench.ScenarioRouting, bench.ScenarioSelftest}
+	benchFlagOnly["max-tokens"] = []bench.Scenario{bench.ScenarioRouting, bench.ScenarioDisagg, bench.ScenarioSelftest}
+	benchFlagOnly["rate"] = []bench.Scenario{bench.ScenarioRouting, bench.ScenarioDisagg, bench.ScenarioSelftest}
+}
+
+func benchFlagApplies(name string, s bench.Scenario) bool {
+	only, ok := benchFlagOnly[name]
+	return !ok || slices.Contains(only, s)
+}
+
+func benchFlagScenarios(name string) string {
+	var out []string
+	for _, s := range benchFlagOnly[name] {
+		out = append(out, string(s))
+	}
+	return strings.Join(out, ", ")
+}
+
+// checkReadable fails fast on an input file that cannot be opened, naming
+// its flag, before a run starts.
+func checkReadable(flagName, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flagName, err)
+	}
+	return f.Close()
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {

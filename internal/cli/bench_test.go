@@ -73,13 +73,13 @@ func TestBenchHelpPrintsEachDefaultOnce(t *testing.T) {
 	if code := Main(context.Background(), []string{"bench", "routing", "-h"}, nil, &out, &errb); code != ExitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, line := range strings.Split(errb.String(), "\n") {
+	for _, line := range strings.Split(out.String(), "\n") {
 		if strings.Count(line, "(default") > 1 || strings.Contains(line, "(default -1)") {
 			t.Errorf("help line %q", line)
 		}
 	}
 	for _, want := range []string{"-concurrency N", "-prefixes K", "-warmup N"} {
-		if !strings.Contains(errb.String(), want) {
+		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not show %q", want)
 		}
 	}

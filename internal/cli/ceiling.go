@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"text/tabwriter"
 
 	"github.com/switchyard-llm/switchyard/internal/bench"
@@ -21,10 +24,38 @@ cache in one place. A cluster splits it over workers, so it reaches less.
 
   switchyard ceiling --trace FILE --max-requests 1000 --workers 4 --model llama-3.1-8b --gpu h100 --kv-offload-gib 256`
 
+// checkMooncake refuses a trace that is not Mooncake JSONL before reading
+// it: ceiling needs the prefix blocks (hash_ids) only Mooncake traces carry,
+// so the trace reader's advice to pass --format azure does not apply here.
+func checkMooncake(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("--trace: %w", err)
+	}
+	defer f.Close()
+	b := make([]byte, 512)
+	n, _ := f.Read(b)
+	head := bytes.TrimLeft(b[:n], " \t\r\n\ufeff")
+	if len(head) > 0 && head[0] != '{' {
+		return fmt.Errorf("--trace %s is not a Mooncake JSONL trace (its first line is not a JSON object): ceiling needs the prefix blocks (hash_ids) that only Mooncake traces carry", path)
+	}
+	return nil
+}
+
 func runCeiling(_ context.Context, args []string, env Env) int {
 	fs := newFlagSet("ceiling", ceilingAbout)
 	var cfg sim.Config
-	engineFlags(fs, &cfg)
+	// Only the engine settings that size the KV cache: the scheduler's
+	// would be accepted and ignored.
+	engine := flag.NewFlagSet("", flag.ContinueOnError)
+	engineFlags(engine, &cfg)
+	engine.VisitAll(func(f *flag.Flag) {
+		switch f.Name {
+		case "model", "gpu", "tp", "block-size", "kv-blocks", "gpu-memory-utilization", "kv-offload-gib", "kv-disk-gib":
+			fs.Var(f.Value, f.Name, f.Usage)
+			fs.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
 	trace := fs.String("trace", "", "Mooncake trace file (required)")
 	skip := fs.Int("skip", 0, "skip the trace's first N requests")
 	maxReq := fs.Int("max-requests", 0, "use the first N requests after --skip (0 = all)")
@@ -37,14 +68,23 @@ func runCeiling(_ context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	if *trace == "" {
-		return bad("--trace: a Mooncake trace file is required, e.g. --trace shared/data/traces/mooncake_synthetic_trace.jsonl")
+		return bad("--trace: a Mooncake trace file is required, e.g. --trace traces/mooncake_synthetic_trace.jsonl")
 	}
-	if *workers < 1 || *maxReq < 0 || *skip < 0 {
-		return bad("--workers must be >= 1, --skip and --max-requests >= 0")
+	switch {
+	case *workers < 1:
+		return bad("--workers %d: want at least 1", *workers)
+	case *skip < 0:
+		return bad("--skip %d: want 0 or more", *skip)
+	case *maxReq < 0:
+		return bad("--max-requests %d: want 0 (all) or more", *maxReq)
 	}
 	core, err := sim.NewCore(cfg, false)
 	if err != nil {
 		return bad("%v", err)
+	}
+	if err := checkMooncake(*trace); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard ceiling: %v\n", err)
+		return ExitUsage
 	}
 	reqs, err := bench.ReadTraceSlice(*trace, bench.FormatMooncake, *skip, *maxReq)
 	if err != nil {

@@ -64,12 +64,12 @@ func TestKeysFromEnvironment(t *testing.T) {
 }
 
 func TestKeyFlagHelpNamesTheVariable(t *testing.T) {
-	var stderr bytes.Buffer
-	if _, code := parseFrontendFlags([]string{"-h"}, Env{Stderr: &stderr}); code != ExitOK {
+	var stdout bytes.Buffer
+	if _, code := parseFrontendFlags([]string{"-h"}, Env{Stdout: &stdout, Stderr: &bytes.Buffer{}}); code != ExitOK {
 		t.Fatalf("code %d", code)
 	}
 	for _, v := range []string{envAPIKey, envAdminKey, "-header-timeout", "-request-timeout", "-max-body-bytes"} {
-		if !strings.Contains(stderr.String(), v) {
+		if !strings.Contains(stdout.String(), v) {
 			t.Errorf("help does not mention %s", v)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -45,9 +44,16 @@ type linkResult struct {
 	Error       string  `json:"error,omitempty"`
 }
 
+const linktestAbout = `Measures KV-transfer throughput between prefill and decode workers: the frontend has each
+prefill worker send --bytes to each decode worker over the KV-transfer link (POST
+/admin/links/probe), and prints MB/s, Gbit/s and round-trip time per pair. Exit 1 when a
+probe fails.
+
+  switchyard linktest --url http://127.0.0.1:8000 --bytes 256MiB`
+
 func parseLinktest(args []string, env Env) (linktestCmd, int) {
 	var c linktestCmd
-	fs := flag.NewFlagSet("linktest", flag.ContinueOnError)
+	fs := newFlagSet("linktest", linktestAbout)
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8000", "frontend base URL")
 	fs.StringVar(&c.adminKey, "admin-key", "", "bearer token for /admin/* (empty: loopback-only admin)")
 	fs.StringVar(&c.from, "from", "", "prefill worker id (empty: every prefill worker listed by GET /admin/links)")

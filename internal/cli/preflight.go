@@ -37,7 +37,7 @@ func parsePreflight(args []string, env Env) (cfg preflight.Config, asJSON bool, 
 	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), preflightUsage)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer on /v1/* requests")

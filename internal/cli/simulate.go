@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -61,7 +60,7 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	cfg := &c.cfg
 	fs := newFlagSet("simulate", simulateAbout)
 	fs.StringVar(&cfg.TracePath, "trace", "", "trace file (required)")
-	fs.StringVar(&cfg.TraceFormat, "format", cfg.TraceFormat, "trace format: mooncake or azure")
+	fs.StringVar(&cfg.TraceFormat, "format", "", "trace format: mooncake or azure (default: azure for a .csv file, else mooncake)")
 	fs.IntVar(&cfg.Skip, "skip", 0, "skip the trace's first N requests; the slice's first arrives at 0")
 	fs.IntVar(&cfg.MaxRequests, "max-requests", 0, "replay at most this many trace requests after --skip (0 = all)")
 	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "multiply trace timestamps by this (0.5 = twice as fast)")
@@ -104,14 +103,10 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 		sweepArgs = append(sweepArgs, s)
 		return nil
 	})
-	fs.SetOutput(env.Stderr)
 	rest := args
 	for {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return c, ExitOK
-			}
-			return c, ExitUsage
+		if code := parseOnly(fs, rest, env); code >= 0 {
+			return c, code
 		}
 		rest = fs.Args()
 		// Plain KEY=V arguments after --sweep are more dimensions.
@@ -123,8 +118,7 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 			break
 		}
 		if !strings.HasPrefix(rest[0], "-") {
-			fmt.Fprintf(env.Stderr, "switchyard simulate: unexpected argument %q (sweep dimensions look like workers=4,8)\n", rest[0])
-			return c, ExitUsage
+			return c, usageError(env, "simulate", fmt.Sprintf("unexpected argument %q (sweep dimensions look like workers=4,8)", rest[0]))
 		}
 	}
 	bad := func(format string, a ...any) (simulateCmd, int) {
@@ -140,13 +134,21 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 		cfg.LinkRate = r
 	}
 	if cfg.TracePath == "" {
-		return bad("--trace: a trace file is required, e.g. --trace shared/data/traces/mooncake_synthetic_trace.jsonl")
+		return bad("--trace: a trace file is required, e.g. --trace traces/mooncake_synthetic_trace.jsonl")
+	}
+	if cfg.TraceFormat == "" {
+		cfg.TraceFormat = bench.InferTraceFormat(cfg.TracePath)
 	}
 	if !(c.longShare >= 0 && c.longShare <= 1) || (c.longShare > 0 && c.longTokens < 1) {
 		return bad("--long-share %g: want a fraction in [0, 1] with --long-tokens >= 1", c.longShare)
 	}
-	if cfg.MaxRequests < 0 || c.tile < 1 || !(cfg.TimeScale > 0) {
-		return bad("--max-requests must be >= 0, --tile >= 1 and --time-scale > 0")
+	switch {
+	case cfg.MaxRequests < 0:
+		return bad("--max-requests %d: want 0 (all) or more", cfg.MaxRequests)
+	case c.tile < 1:
+		return bad("--tile %d: want at least 1", c.tile)
+	case !(cfg.TimeScale > 0):
+		return bad("--time-scale %g: want more than 0 (0.5 = twice as fast)", cfg.TimeScale)
 	}
 	if c.plotPath != "" && !strings.HasSuffix(c.plotPath, ".png") {
 		return bad("--plot %q: want a .png file name", c.plotPath)
@@ -176,6 +178,9 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 		return bad("give --seed or --seeds, not both")
 	case len(c.seeds) > 1 && c.longShare > 0:
 		return bad("--seeds would change which requests --long-share picks; compare one --seed, the live run's")
+	}
+	if err := checkReadable("--trace", cfg.TracePath); err != nil {
+		return bad("%v", err)
 	}
 	return c, -1
 }

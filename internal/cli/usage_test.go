@@ -24,7 +24,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad lengths", []string{"preflight", "--prompt-tokens", "1500,x"}, "--prompt-tokens"},
 		{"no lengths", []string{"preflight", "--prompt-tokens", ""}, "--prompt-tokens"},
 		{"ratio", []string{"preflight", "--min-hit-ratio", "1.5"}, "--min-hit-ratio"},
-		{"unknown flag", []string{"preflight", "--fast"}, "flag provided but not defined"},
+		{"unknown flag", []string{"preflight", "--fast"}, "unknown flag --fast; see `switchyard preflight --help`"},
 		{"stray argument", []string{"preflight", "now"}, "unexpected argument"},
 		{"up: no workers", []string{"up", "--workers", "0"}, "--workers"},
 		{"up: link rate without prefill", []string{"up", "--link-rate", "1gbit"}, "--prefill-workers"},

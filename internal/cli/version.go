@@ -12,9 +12,9 @@ func init() {
 }
 
 func runVersion(_ context.Context, args []string, env Env) int {
-	if len(args) > 0 {
-		fmt.Fprintf(env.Stderr, "switchyard version: unexpected argument %q\n", strings.Join(args, " "))
-		return ExitUsage
+	fs := newFlagSet("version", "Prints the module version, VCS revision and time, and Go version of this build\n(also: switchyard --version, switchyard -v).")
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
