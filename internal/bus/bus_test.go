@@ -394,6 +394,39 @@ func TestLoadReports(t *testing.T) {
 	}
 }
 
+// TestLoadReportsNameTheirSubject: a worker may publish only on its own
+// load subject, so the subject says whose report it is. A report on w3's
+// subject naming w2 is a forgery, and a message without a worker id (a
+// JetStream acknowledgement aimed at the subject, say) is no report: both
+// are dropped and counted, and only w3's own reports reach fn.
+func TestLoadReportsNameTheirSubject(t *testing.T) {
+	e := startServer(t)
+	nc := connect(t, e.ClientURL())
+	subj := Subjects{}
+	got := make(chan LoadReport, 100)
+	sub, err := SubscribeLoad(nc, subj, func(r LoadReport) { got <- r })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	pub := connect(t, e.ClientURL())
+	pub.Publish(subj.Load("w3"), []byte(`{"worker_id":"w2","running":5000}`))
+	pub.Publish(subj.Load("w2"), []byte(`{"stream":"KV_sy_default_workers","seq":7}`))
+	pub.Publish(subj.Load("w3"), []byte(`{not json`))
+	pub.Publish(subj.Load("w3"), []byte(`{"worker_id":"w3","running":2}`))
+	select {
+	case r := <-got:
+		if r.WorkerID != "w3" || r.Running != 2 {
+			t.Errorf("first report delivered = %+v, want w3's own with running 2", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("w3's own report never arrived")
+	}
+	if n := sub.Rejected(); n != 3 {
+		t.Errorf("rejected = %d, want 3", n)
+	}
+}
+
 // TestCluster runs three NATS nodes in-process and shows a message published
 // on one node reaches a subscriber on another.
 func TestCluster(t *testing.T) {

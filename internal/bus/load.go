@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/prom"
 )
 
 // LoadReport is a worker's queue and cache state, published a few times a
@@ -106,17 +111,45 @@ func RunLoadReporter(ctx context.Context, nc *nats.Conn, subj Subjects, every ti
 	}
 }
 
+// LoadSubscription is a live subscription to every worker's load reports.
+type LoadSubscription struct {
+	*nats.Subscription
+	rejected atomic.Uint64
+}
+
+// Rejected counts reports dropped because they did not decode or named
+// another worker than their subject.
+func (s *LoadSubscription) Rejected() uint64 { return s.rejected.Load() }
+
+// Register adds switchyard_bus_load_reports_rejected_total to reg.
+func (s *LoadSubscription) Register(reg prometheus.Registerer) error {
+	return prom.Register(reg, "bus", prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "switchyard_bus_load_reports_rejected_total",
+		Help: "Load reports dropped: undecodable, or naming another worker than their subject.",
+	}, func() float64 { return float64(s.rejected.Load()) }))
+}
+
 // SubscribeLoad calls fn for every load report in the namespace, from one
-// NATS delivery goroutine. Undecodable reports are dropped.
-func SubscribeLoad(nc *nats.Conn, subj Subjects, fn func(LoadReport)) (*nats.Subscription, error) {
+// NATS delivery goroutine. The worker is the one the subject names: on an
+// authenticated bus the subject is the only part of a message the server
+// vouches for (a worker may publish only on its own), so a report whose
+// worker_id names anyone else is a forgery and is dropped, as are reports
+// that do not decode; both are counted.
+func SubscribeLoad(nc *nats.Conn, subj Subjects, fn func(LoadReport)) (*LoadSubscription, error) {
+	s := &LoadSubscription{}
+	prefix := subj.LoadPrefix()
 	sub, err := nc.Subscribe(subj.LoadAll(), func(m *nats.Msg) {
+		id, _ := strings.CutPrefix(m.Subject, prefix)
 		var r LoadReport
-		if json.Unmarshal(m.Data, &r) == nil && r.WorkerID != "" {
-			fn(r)
+		if json.Unmarshal(m.Data, &r) != nil || r.WorkerID != id || ValidateName("worker id", id) != nil {
+			s.rejected.Add(1)
+			return
 		}
+		fn(r)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: subscribe load reports: %w", err)
 	}
-	return sub, nil
+	s.Subscription = sub
+	return s, nil
 }

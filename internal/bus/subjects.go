@@ -48,6 +48,10 @@ func (s Subjects) Snapshot(worker string) string { return "sy." + s.ns() + ".sna
 // Load is the subject a worker publishes its load reports on.
 func (s Subjects) Load(worker string) string { return "sy." + s.ns() + ".load." + worker }
 
+// LoadPrefix is Load without the worker: the worker ID is the rest of the
+// subject.
+func (s Subjects) LoadPrefix() string { return "sy." + s.ns() + ".load." }
+
 // LoadAll matches every worker's load subject.
 func (s Subjects) LoadAll() string { return "sy." + s.ns() + ".load.*" }
 

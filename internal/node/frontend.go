@@ -232,12 +232,15 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}
 	// Load and transfer reports are accepted only from registered workers,
 	// so they subscribe once the watcher exists.
-	sub, err := bus.SubscribeLoad(cfg.NC, cfg.Subjects, f.observeLoad)
+	loads, err := bus.SubscribeLoad(cfg.NC, cfg.Subjects, f.observeLoad)
 	if err != nil {
 		return nil, err
 	}
-	f.subs = append(f.subs, sub)
-	sub, err = cfg.NC.Subscribe(cfg.Subjects.TransfersAll(), f.observeTransfer)
+	f.subs = append(f.subs, loads.Subscription)
+	if err = loads.Register(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("node: load metrics: %w", err)
+	}
+	sub, err := cfg.NC.Subscribe(cfg.Subjects.TransfersAll(), f.observeTransfer)
 	if err != nil {
 		return nil, fmt.Errorf("node: subscribe to transfers: %w", err)
 	}

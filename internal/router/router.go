@@ -329,10 +329,15 @@ func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
 			continue
 		}
 		// The approximate index knows only where prompts went: it credits
-		// them as GPU blocks.
-		if a := r.approx.overlap(s.ws[i].ID, hashes, now); a > s.blocks[i] {
-			s.blocks[i], s.approx[i] = a, true
-			s.tiers[i] = kvindex.TierCounts{kvindex.TierGPU: int32(a)}
+		// them as GPU blocks. When it agrees with what the index still
+		// holds from before the events went quiet, the overlap is the
+		// approximate index's word all the same: the index's is stale.
+		if a := r.approx.overlap(s.ws[i].ID, hashes, now); a > 0 && a >= s.blocks[i] {
+			if a > s.blocks[i] {
+				s.blocks[i] = a
+				s.tiers[i] = kvindex.TierCounts{kvindex.TierGPU: int32(a)}
+			}
+			s.approx[i] = true
 		}
 	}
 }

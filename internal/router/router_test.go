@@ -105,6 +105,33 @@ func TestApproxIndexForUnhealthyWorkers(t *testing.T) {
 	}
 }
 
+// TestApproxSourceWhenIndexIsStale: a worker whose events went quiet
+// keeps its index entries; when the approximate index credits it with the
+// same overlap, that overlap is the approximate index's, and the decision
+// says so (the frontend's x-switchyard-overlap-source: approx).
+func TestApproxSourceWhenIndexIsStale(t *testing.T) {
+	idx := kvindex.New(kvindex.Config{})
+	r, _ := newTestRouter(t, Config{Index: idx, ApproxTTL: time.Minute})
+	h := hashes(4, 6)
+	idx.Store("a", h) // stored while a's events were healthy
+	silent := []Worker{{ID: "a"}}
+	for i := range 3 {
+		d, err := r.Pick(&Request{Hashes: h}, silent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first pick has only the index to go on; the later ones have
+		// the approximate index's record of the first.
+		if want := i > 0; d.OverlapBlocks != 6 || d.Approx != want {
+			t.Errorf("pick %d = overlap %d, approx %v; want overlap 6, approx %v", i, d.OverlapBlocks, d.Approx, want)
+		}
+	}
+	// A healthy worker's overlap is the index's, whatever was recorded.
+	if d, _ := r.Pick(&Request{Hashes: h}, []Worker{{ID: "a", EventsHealthy: true}}); d.Approx {
+		t.Errorf("healthy pick = %+v, want the index as source", d)
+	}
+}
+
 func TestApproxIndexIsBounded(t *testing.T) {
 	r, _ := newTestRouter(t, Config{ApproxCapacity: 100})
 	cands := []Worker{{ID: "a"}, {ID: "b"}}
