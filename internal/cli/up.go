@@ -14,6 +14,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/bridge"
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
+	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
 	"github.com/switchyard-llm/switchyard/internal/node"
 	"github.com/switchyard-llm/switchyard/internal/vllmpub"
@@ -36,6 +37,8 @@ type upCmd struct {
 	logLevel       string
 	kvxferTLS      string
 	engineWire     string
+	wireQuirks     vllmpub.Quirks
+	wireArrays     bool
 	tokenizer      string
 }
 
@@ -56,9 +59,13 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	tlsFlags(fs, &u.tls)
 	fs.StringVar(&u.kvxferTLS, "kvxfer-tls", "", "auto: mutual TLS between the workers' KV transfers, with certificates generated in memory for this run")
 	fs.StringVar(&u.engineWire, "engine-wire", "", "vllm: each simulated worker publishes KV events on ZMQ as vLLM does and joins through a bridge (switchyard worker --engine vllm), as a real engine would")
+	wireQuirkFlags(fs, &u.wireQuirks, &u.wireArrays, "with --engine-wire vllm, every worker")
 	fs.StringVar(&u.logLevel, "log-level", "warn", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return u, code
+	}
+	if err := checkWireQuirks(u.wireQuirks, u.wireArrays, u.engineWire != "", "--engine-wire"); err != nil {
+		return u, badUp(env, "%v", err)
 	}
 	switch {
 	case u.engineWire != "" && u.engineWire != "vllm":
@@ -243,7 +250,10 @@ func runUp(ctx context.Context, args []string, env Env) int {
 			wc.LinkRate = rate
 		}
 		if u.engineWire != "" {
-			w, b, err := startBridged(ctx, wc, bridge.Config{Subjects: subj, RegistryTTL: u.bus.registryTTL, Logger: log})
+			wire := vllmpub.Config{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+				Layout: enginewire.Layout{ArrayEvents: u.wireArrays}, Quirks: u.wireQuirks}
+			wire.Quirks.DropSeed = uint64(i) + 1 // each engine loses other events
+			w, b, err := startBridged(ctx, wc, wire, bridge.Config{Subjects: subj, RegistryTTL: u.bus.registryTTL, Logger: log})
 			if err != nil {
 				return fail(ExitFail, err)
 			}
@@ -319,10 +329,10 @@ func badUp(env Env, format string, a ...any) int {
 
 // startBridged starts a simulated engine speaking vLLM's wire, stand-alone,
 // and a bridge beside it that registers it on the bus.
-func startBridged(ctx context.Context, wc node.WorkerConfig, bc bridge.Config) (*node.Worker, *bridge.Bridge, error) {
+func startBridged(ctx context.Context, wc node.WorkerConfig, wire vllmpub.Config, bc bridge.Config) (*node.Worker, *bridge.Bridge, error) {
 	nc := wc.NC
 	wc.NC = nil
-	wc.EngineWire = &vllmpub.Config{Endpoint: "tcp://127.0.0.1:0", ReplayEndpoint: "tcp://127.0.0.1:0"}
+	wc.EngineWire = &wire
 	w, err := node.StartWorker(ctx, wc)
 	if err != nil {
 		return nil, nil, err

@@ -31,6 +31,7 @@ type workerFlags struct {
 	bridge    bridge.Config
 	wire      string // --kv-events-wire: "" (NATS) or vllm
 	wireArr   bool
+	quirks    vllmpub.Quirks
 	wireOld   bool
 	replay    string
 	// --model-config and --kv-cache-dtype: a bridge's KV bytes per token.
@@ -64,7 +65,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.StringVar(&f.kvCacheDtype, "kv-cache-dtype", "", "vllm/sglang with --model-config: the engine's --kv-cache-dtype when not the model's dtype (fp8 → 1 byte)")
 	fs.DurationVar(&f.bridge.RebuildHold, "kv-rebuild-hold", bridge.DefaultRebuildHold, "vllm/sglang: after engine events were lost for good, route this worker approximately for this long")
 	fs.StringVar(&f.wire, "kv-events-wire", "", "sim: vllm publishes KV events on ZMQ exactly as vLLM 0.26 does (for a bridge) instead of on NATS")
-	fs.BoolVar(&f.wireArr, "kv-events-array", false, "sim with --kv-events-wire vllm: send events as tagged arrays, as vLLM before 0.26 and SGLang do")
+	wireQuirkFlags(fs, &f.quirks, &f.wireArr, "sim with --kv-events-wire vllm")
 	fs.BoolVar(&f.wireOld, "kv-replay-legacy", false, "sim with --kv-events-wire vllm: answer replay in the pre-0.26 layout [\"\", seq, payload]")
 	fs.StringVar(&f.node.KVXferAddr, "kvxfer-addr", "", "prefill role: KV transfer listen address (default: the HTTP host, a free port); vllm/sglang: serve link probes here so the frontend can measure this host's link to decode engines")
 	tlsFlags(fs, &f.tls)
@@ -86,6 +87,10 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 		fmt.Fprintf(env.Stderr, "switchyard worker: --engine %q: want sim, vllm or sglang\n", f.engine)
 		return f, ExitUsage
 	}
+	if err := checkWireQuirks(f.quirks, f.wireArr, f.wire == "vllm", "--kv-events-wire"); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return f, ExitUsage
+	}
 	switch f.wire {
 	case "":
 		if f.events.endpoint != "" || f.replay != "" {
@@ -102,7 +107,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 			ep = "tcp://127.0.0.1:5557"
 		}
 		f.node.EngineWire = &vllmpub.Config{Endpoint: ep, ReplayEndpoint: f.replay, LegacyReplay: f.wireOld,
-			Layout: enginewire.Layout{ArrayEvents: f.wireArr}}
+			Layout: enginewire.Layout{ArrayEvents: f.wireArr}, Quirks: f.quirks}
 	default:
 		fmt.Fprintf(env.Stderr, "switchyard worker: --kv-events-wire %q: want vllm\n", f.wire)
 		return f, ExitUsage

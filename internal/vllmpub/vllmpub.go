@@ -12,6 +12,11 @@
 // token_ids and a request's cache_salt in the first block's extra_keys, so
 // a bridge must recompute its hashes from them as it would for vLLM.
 //
+// Config.Quirks make it speak as other vLLM-compatible engines have been
+// seen to (root parents as 0, batches numbered from 1, events batched by
+// count) or lose events on purpose, so that tests can drive a bridge and
+// the frontend's index-agreement check with them.
+//
 // A Publisher's methods are safe for concurrent use. Sending happens on its
 // own goroutine: PublishStepTokens never waits on the network, and a batch
 // that finds the send queue full is dropped with its sequence number spent,
@@ -56,7 +61,50 @@ type Config struct {
 	LegacyReplay bool
 	// DPRank is the data_parallel_rank written in every batch.
 	DPRank int
+	// Quirks make the publisher send what other vLLM-compatible engines
+	// send, or break on purpose; the zero value is vLLM's behaviour.
+	Quirks Quirks
 	Logger *slog.Logger
+}
+
+// Quirks are departures from vLLM's own publisher. The first three are
+// legal on the wire and were seen from a third-party vLLM-compatible
+// engine; a bridge must route from them. The last two lose information
+// without any sign on the wire (no sequence gap), as an engine bug would:
+// only comparing the index with what the engine served can catch them.
+type Quirks struct {
+	// ParentZero writes a request's first block with parent_block_hash 0
+	// instead of nil.
+	ParentZero bool
+	// FirstSeq is the number of the first batch (vLLM's is 0); the replay
+	// buffer starts there too.
+	FirstSeq uint64
+	// BatchEvents, when above 0, holds events back until that many have
+	// accumulated and sends them as one batch, instead of one batch per
+	// scheduler step. Events still held when the engine goes idle stay
+	// unsent until more come.
+	BatchEvents int
+	// DropEvents is the share (0–1) of events never published, in no
+	// batch and no replay, with the sequence kept gap-free.
+	DropEvents float64
+	// DropSeed seeds the choice of dropped events (0: a fixed seed).
+	DropSeed uint64
+	// SkipRemovals never publishes BlockRemoved: the engine evicts
+	// blocks it keeps advertising.
+	SkipRemovals bool
+}
+
+// Validate reports a quirk out of range.
+func (q Quirks) Validate() error {
+	switch {
+	case q.BatchEvents < 0:
+		return fmt.Errorf("vllmpub: batch of %d events: want 0 (one batch per step) or more", q.BatchEvents)
+	case q.DropEvents < 0 || q.DropEvents > 1 || q.DropEvents != q.DropEvents:
+		return fmt.Errorf("vllmpub: drop share %v: want 0..1", q.DropEvents)
+	case q.FirstSeq >= enginewire.ReplayEnd:
+		return fmt.Errorf("vllmpub: first sequence number %d is the replay end marker", q.FirstSeq)
+	}
+	return nil
 }
 
 type stored struct {
@@ -83,6 +131,8 @@ type Publisher struct {
 	skip   uint64
 	batch  enginewire.Batch
 	buf    []byte
+	held   []enginewire.Event // Quirks.BatchEvents: events not yet sent
+	drops  *rand.Rand         // Quirks.DropEvents
 
 	sent    atomic.Uint64
 	dropped atomic.Uint64
@@ -102,7 +152,13 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.BufferSteps <= 0 {
 		cfg.BufferSteps = 10000
 	}
-	p := &Publisher{cfg: cfg, log: cfg.Logger, seed: rand.Uint64() | 1, sendq: make(chan stored, 4096)}
+	if err := cfg.Quirks.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: cfg, log: cfg.Logger, seed: rand.Uint64() | 1, sendq: make(chan stored, 4096), seq: cfg.Quirks.FirstSeq}
+	if q := cfg.Quirks; q.DropEvents > 0 {
+		p.drops = rand.New(rand.NewPCG(q.DropSeed, 0x5eed))
+	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -210,6 +266,7 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	q := p.cfg.Quirks
 	bs := p.cfg.BlockSize
 	b := &p.batch
 	b.TS = float64(time.Now().UnixNano()) / 1e9
@@ -233,6 +290,8 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 			}
 			if e.Parent != kvindex.Root("") && (salt == "" || e.Parent != kvindex.Root(salt)) {
 				ev.Parent, ev.HasParent = p.EngineHash(e.Parent), true
+			} else if q.ParentZero {
+				ev.HasParent = true // and Parent 0
 			}
 			n := len(e.Hashes) * bs
 			switch {
@@ -242,6 +301,10 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 				ev.TokenIDs = make([]uint32, n)
 			case st != nil && tok+n <= len(st.Tokens):
 				ev.TokenIDs = st.Tokens[tok : tok+n]
+				if q.BatchEvents > 0 {
+					// Held past this call, when the engine reuses st.
+					ev.TokenIDs = append([]uint32(nil), ev.TokenIDs...)
+				}
 				tok += n
 			default:
 				ev.TokenIDs = make([]uint32, n)
@@ -251,6 +314,9 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 				ev.RawExtraKeys = enginewire.AppendExtraKeys(nil, salt, len(e.Hashes))
 			}
 		case kvevents.Removed:
+			if q.SkipRemovals {
+				continue
+			}
 			ev.Kind = enginewire.BlockRemoved
 			ev.BlockHashes = make([]uint64, len(e.Hashes))
 			for i, h := range e.Hashes {
@@ -261,8 +327,29 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 		default:
 			continue
 		}
+		if p.drops != nil && p.drops.Float64() < q.DropEvents {
+			continue // after its tokens were taken, so the next event's are right
+		}
 		b.Events = append(b.Events, ev)
 	}
+	if q.BatchEvents > 0 {
+		p.held = append(p.held, b.Events...)
+		for len(p.held) >= q.BatchEvents {
+			b.Events = append(b.Events[:0], p.held[:q.BatchEvents]...)
+			p.held = append(p.held[:0], p.held[q.BatchEvents:]...)
+			p.publishLocked(b)
+		}
+		return
+	}
+	if len(b.Events) == 0 {
+		return // an engine sends no empty batch
+	}
+	p.publishLocked(b)
+}
+
+// publishLocked numbers b as the next batch, buffers it for replay and
+// queues it for sending; p.mu is held.
+func (p *Publisher) publishLocked(b *enginewire.Batch) {
 	payload := enginewire.AppendBatch(nil, b, p.cfg.Layout)
 	s := stored{seq: p.seq, payload: payload}
 	p.seq++
