@@ -394,7 +394,7 @@ func (m *Mirror) extraKeys(e *enginewire.Event, n int) (string, error) {
 		}
 	}
 	if e.LoraName != "" {
-		salt = "lora\x00" + e.LoraName + "\x00" + salt
+		salt = kvindex.LoRASalt(e.LoraName, salt)
 	}
 	return salt, nil
 }

@@ -346,6 +346,11 @@ func TestCheckCompatible(t *testing.T) {
 		{"role", func(w *WorkerInfo) { w.Role = "boss" }, "", 0, "role"},
 		{"zero block", func(w *WorkerInfo) { w.BlockSize = 0 }, "", 0, "block size 0"},
 		{"bad id", func(w *WorkerInfo) { w.ID = "a.b" }, "", 0, "worker id"},
+		{"alias served", func(w *WorkerInfo) { w.Model = "x"; w.Aliases = []string{"qwen3-0.6b"} }, "qwen3-0.6b", 16, ""},
+		{"adapter is no base", func(w *WorkerInfo) { w.Model = "x"; w.Adapters = []Adapter{{Name: "qwen3-0.6b"}} }, "qwen3-0.6b", 16, `"x"`},
+		{"alias twice", func(w *WorkerInfo) { w.Aliases = []string{"a", "a"} }, "", 0, `alias "a"`},
+		{"adapter shadows model", func(w *WorkerInfo) { w.Adapters = []Adapter{{Name: w.Model}} }, "", 0, "adapter"},
+		{"empty adapter", func(w *WorkerInfo) { w.Adapters = []Adapter{{}} }, "", 0, "adapter"},
 	}
 	for _, tt := range tests {
 		w := base

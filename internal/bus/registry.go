@@ -354,7 +354,8 @@ func (g *Registration) abandon() {
 
 // CheckCompatible reports why a worker cannot be routed to by a frontend
 // serving model with blockSize; nil means it can. An empty model or zero
-// blockSize accepts any.
+// blockSize accepts any. A worker serves model when model is its Model or
+// one of its Aliases; its names must be distinct.
 func CheckCompatible(w WorkerInfo, model string, blockSize int) error {
 	if err := ValidateName("worker id", w.ID); err != nil {
 		return err
@@ -367,7 +368,20 @@ func CheckCompatible(w WorkerInfo, model string, blockSize int) error {
 	if w.BlockSize <= 0 {
 		return fmt.Errorf("bus: worker %s has block size %d", w.ID, w.BlockSize)
 	}
-	if model != "" && w.Model != model {
+	names := map[string]bool{w.Model: true}
+	for _, n := range w.Aliases {
+		if n == "" || names[n] {
+			return fmt.Errorf("bus: worker %s lists alias %q twice or empty", w.ID, n)
+		}
+		names[n] = true
+	}
+	for _, a := range w.Adapters {
+		if a.Name == "" || names[a.Name] {
+			return fmt.Errorf("bus: worker %s lists adapter %q twice, empty or as a model name too", w.ID, a.Name)
+		}
+		names[a.Name] = true
+	}
+	if model != "" && !w.ServesBase(model) {
 		return fmt.Errorf("bus: worker %s serves model %q but the frontend serves %q", w.ID, w.Model, model)
 	}
 	if blockSize != 0 && w.BlockSize != blockSize {

@@ -72,6 +72,9 @@ type WatchConfig struct {
 	// are refused. Empty/zero accepts any.
 	Model     string
 	BlockSize int
+	// BlockSizes overrides BlockSize for the workers of a model, by the
+	// worker's Model: a fleet's models may use different block sizes.
+	BlockSizes map[string]int
 	// OnChange, if set, is called for every change, in order, from the
 	// watcher's goroutine and outside its lock. It must not block for long.
 	OnChange func(Change)
@@ -339,7 +342,7 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 		ne.refused = fmt.Sprintf("bus: worker %s: registry entry does not decode: %v", key, err)
 	} else if ne.info.ID != key {
 		ne.refused = fmt.Sprintf("bus: registry key %s holds worker id %q", key, ne.info.ID)
-	} else if err := CheckCompatible(ne.info, w.cfg.Model, w.cfg.BlockSize); err != nil {
+	} else if err := CheckCompatible(ne.info, w.cfg.Model, w.blockSize(ne.info.Model)); err != nil {
 		ne.refused = err.Error()
 	} else if err := CheckNetworks(ne.info, w.cfg.Networks); err != nil {
 		ne.refused = err.Error()
@@ -363,6 +366,14 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 	default:
 		return append(changes, Change{Kind: WorkerUpdated, Worker: ne.info})
 	}
+}
+
+// blockSize is the block size the workers of model must use.
+func (w *Watcher) blockSize(model string) int {
+	if bs, ok := w.cfg.BlockSizes[model]; ok {
+		return bs
+	}
+	return w.cfg.BlockSize
 }
 
 // sweep drops entries not refreshed within the TTL.

@@ -1,5 +1,7 @@
 package bus
 
+import "slices"
+
 // Roles a worker can take.
 const (
 	RoleAggregated = "aggregated"
@@ -58,4 +60,32 @@ type WorkerInfo struct {
 	MaxModelLen      int     `json:"max_model_len"`
 	Profile          Profile `json:"profile"`
 	StartedUnixMilli int64   `json:"started_unix_ms"`
+	// Aliases are the other names Model is served under (an engine's
+	// --served-model-name); a request for one goes to Model's pool.
+	Aliases []string `json:"aliases,omitempty"`
+	// Adapters are the LoRA adapters the worker serves on top of Model.
+	// Their KV blocks are cached apart from Model's (see kvindex.LoRASalt).
+	Adapters []Adapter `json:"adapters,omitempty"`
+}
+
+// Adapter is a LoRA adapter a worker serves, as its engine lists it in
+// /v1/models: a model of its own whose parent is the worker's Model.
+type Adapter struct {
+	Name string `json:"name"`
+	Root string `json:"root,omitempty"` // where the engine loaded it from
+}
+
+// ServesBase reports whether name is w's model or one of its aliases.
+func (w *WorkerInfo) ServesBase(name string) bool {
+	return name == w.Model || slices.Contains(w.Aliases, name)
+}
+
+// HasAdapter reports whether w serves the LoRA adapter name.
+func (w *WorkerInfo) HasAdapter(name string) bool {
+	for i := range w.Adapters {
+		if w.Adapters[i].Name == name {
+			return true
+		}
+	}
+	return false
 }

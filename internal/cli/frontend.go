@@ -32,7 +32,7 @@ func parseFrontendFlags(args []string, env Env) (frontendCmd, int) {
 	var f frontendCmd
 	fs := newFlagSet("frontend", "Runs the OpenAI-compatible frontend: registry watch, KV-event consumer, prefix index,\nrouter, disaggregation gate. Embeds a NATS server unless --nats is given.")
 	fs.StringVar(&f.node.HTTPAddr, "http-addr", "127.0.0.1:8000", "HTTP listen address")
-	fs.StringVar(&f.node.Model, "model", "qwen3-0.6b", "the model this deployment serves; workers of other models are refused")
+	fs.StringVar(&f.node.Model, "model", "", "serve only this model, refusing workers of others (default: every model workers register)")
 	fs.IntVar(&f.node.BlockSize, "block-size", 16, "KV block size; workers with another are refused")
 	frontendFlags(fs, &f.node)
 	tokenizerFlag(fs, &f.tokenizer)

@@ -18,8 +18,12 @@ const (
 // Config configures a Server. Zero durations and sizes take the defaults
 // documented on each field.
 type Config struct {
-	Model     string // the served model name; required
-	BlockSize int    // KV block size in tokens; default 16
+	// Model is the served model name; "" serves every model a worker
+	// registers (a fleet).
+	Model     string
+	BlockSize int // KV block size in tokens; default 16
+	// BlockSizes overrides BlockSize for the workers of a model, by model.
+	BlockSizes map[string]int
 
 	APIKey   string // if set, /v1/* requires it as a bearer token
 	AdminKey string // admin bearer token; see the package doc for fallbacks
@@ -83,8 +87,10 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
-	if c.Model == "" {
-		return fmt.Errorf("frontend: config: model name is required")
+	for m, bs := range c.BlockSizes {
+		if bs <= 0 {
+			return fmt.Errorf("frontend: config: model %q: block size %d must be positive", m, bs)
+		}
 	}
 	if c.BlockSize == 0 {
 		c.BlockSize = 16

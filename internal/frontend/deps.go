@@ -31,6 +31,11 @@ type Worker struct {
 	URL         string // base URL of its OpenAI API, e.g. http://10.0.0.5:8001
 	MaxModelLen int
 	Load        Load
+	// Aliases are other names Model is served under; Adapters the LoRA
+	// adapters the worker serves on top of it.
+	Aliases  []string
+	Adapters []Adapter
+	Created  int64 // when the worker started, Unix seconds; 0: unknown
 
 	// Optional registry details, shown in /health when set.
 	BlockSize       int    // KV block size in tokens
@@ -317,7 +322,10 @@ type Deps struct {
 	Gate      Gate
 	Index     Index
 	Tokenizer Tokenizer // nil: the process-wide cl100k tokenizer
-	Bus       BusHealth // nil: /health reports the bus as up
+	// ModelTokenizer, when set, gives a model's own tokenizer, by the
+	// workers' Model; nil from it means Tokenizer.
+	ModelTokenizer func(model string) Tokenizer
+	Bus            BusHealth // nil: /health reports the bus as up
 
 	Links     Links     // link estimates for /admin/links and /health; nil: every link unmeasured
 	Prober    Prober    // runs POST /admin/links/probe; nil: 501

@@ -214,6 +214,9 @@ func streamEvents(chat bool, n int, includeUsage bool, usage *openai.Usage) [][]
 
 const testModel = "qwen3-0.6b"
 
+// anyModel as a harness's Config.Model makes it a fleet (Model "").
+const anyModel = "\x00fleet"
+
 // fakePool is a static Workers view.
 type fakePool struct {
 	mu      sync.Mutex
@@ -382,8 +385,11 @@ type harness struct {
 func newHarness(t testing.TB, cfg Config, deps Deps, workers ...Worker) *harness {
 	t.Helper()
 	h := &harness{pool: &fakePool{workers: workers}, router: &fakeRouter{}, reg: prometheus.NewRegistry()}
-	if cfg.Model == "" {
+	switch cfg.Model {
+	case "":
 		cfg.Model = testModel
+	case anyModel:
+		cfg.Model = "" // a fleet
 	}
 	cfg.Registry = h.reg
 	if cfg.Logger == nil {

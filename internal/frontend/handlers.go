@@ -63,7 +63,7 @@ func (rt *route) newBlocks(pr *parsedRequest) int {
 // promptBlocks are the blocks pr's prompt holds on a worker, a partial
 // last block included.
 func (s *Server) promptBlocks(pr *parsedRequest) int {
-	bs := s.cfg.BlockSize
+	bs := pr.model.blockSize
 	return (len(pr.tokens) + bs - 1) / bs
 }
 
@@ -157,13 +157,17 @@ func (s *Server) fail(w http.ResponseWriter, e *apiError) {
 	if e.retryAfter != "" {
 		w.Header().Set("Retry-After", e.retryAfter)
 	}
+	if e.code != "" {
+		openai.WriteCodedError(w, e.status, e.typ, e.param, e.code, e.msg)
+		return
+	}
 	openai.WriteError(w, e.status, e.typ, e.param, e.msg)
 }
 
 // serve routes and forwards one validated request. It returns an error only
 // if nothing has been written to w yet.
 func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint, pr *parsedRequest, reqID, pin string, start time.Time) *apiError {
-	workers := s.deps.Workers.List()
+	workers := pr.workers
 	var rt route
 	var serving []Worker
 	// The workers a pick booked this request on that no forward or remote
@@ -182,9 +186,9 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			rt.overlap = s.deps.Index.Overlaps(pr.hashes)[pin]
 		}
 	} else {
-		serving = s.servingWorkers(workers)
+		serving = s.servingWorkers(workers, &pr.model)
 		if len(serving) == 0 {
-			return s.unavailable(workers)
+			return s.unavailable(workers, &pr.model)
 		}
 		serving = s.routable(serving)
 		if serving = s.withRoom(serving); len(serving) == 0 {
@@ -310,37 +314,51 @@ func (s *Server) withRoom(ws []Worker) []Worker {
 	return out
 }
 
-// servingWorkers are the workers that may take a client request: aggregated
-// and decode workers of the served model.
-func (s *Server) servingWorkers(all []Worker) []Worker {
+// servingWorkers are the workers that may take a client request for mr:
+// aggregated and decode workers of its pool; nil mr means any admitted
+// worker.
+func (s *Server) servingWorkers(all []Worker, mr *modelRoute) []Worker {
 	out := make([]Worker, 0, len(all))
-	for _, wk := range all {
-		if wk.Model == s.cfg.Model && (wk.Role == RoleAggregated || wk.Role == RoleDecode) {
-			out = append(out, wk)
+	for i := range all {
+		wk := &all[i]
+		if (wk.Role == RoleAggregated || wk.Role == RoleDecode) && (mr == nil && s.admits(wk) || mr != nil && mr.serves(wk)) {
+			out = append(out, *wk)
 		}
 	}
 	return out
 }
 
-// unavailableReason says why no worker can serve, or "" if one can.
-func (s *Server) unavailableReason(all []Worker) string {
-	if len(s.servingWorkers(all)) > 0 {
+// unavailableReason says why no worker can serve mr (nil: any model), or
+// "" if one can.
+func (s *Server) unavailableReason(all []Worker, mr *modelRoute) string {
+	if len(s.servingWorkers(all, mr)) > 0 {
 		return ""
 	}
 	refused := s.deps.Workers.Refused()
+	model := s.cfg.Model
+	if mr != nil {
+		model = mr.name
+	}
 	switch {
 	case len(all) == 0 && len(refused) == 0:
 		return "no workers registered"
 	case len(all) == 0:
 		return fmt.Sprintf("all %d registered workers were refused (first: %s: %s)", len(refused), refused[0].ID, refused[0].Reason)
+	case model == "":
+		return fmt.Sprintf("no aggregated or decode worker (%d workers registered, %d refused)", len(all), len(refused))
 	default:
-		return fmt.Sprintf("no aggregated or decode worker serves model %q (%d workers registered, %d refused)", s.cfg.Model, len(all), len(refused))
+		return fmt.Sprintf("no aggregated or decode worker serves model %q (%d workers registered, %d refused)", model, len(all), len(refused))
 	}
 }
 
-func (s *Server) unavailable(all []Worker) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable,
-		msg: "frontend: no worker available: " + s.unavailableReason(all), kind: errKindNoWorkers}
+// noWorkerRetryAfter is the Retry-After of a request no worker can take,
+// in seconds: a worker registers within a registry refresh (2 s at the
+// default TTL) of starting.
+const noWorkerRetryAfter = "2"
+
+func (s *Server) unavailable(all []Worker, mr *modelRoute) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, retryAfter: noWorkerRetryAfter,
+		msg: "frontend: no worker available: " + s.unavailableReason(all, mr), kind: errKindNoWorkers}
 }
 
 // pick asks the router to choose among candidates, which will decode
@@ -386,7 +404,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	}
 	var prefills []Worker
 	for _, wk := range all {
-		if wk.Role == RolePrefill && wk.Model == s.cfg.Model {
+		if wk.Role == RolePrefill && pr.model.serves(&wk) {
 			prefills = append(prefills, wk)
 		}
 	}

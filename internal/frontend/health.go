@@ -13,12 +13,16 @@ import (
 // Health is the body of GET /health; its shape is documented in the package
 // comment.
 type Health struct {
-	Status    string `json:"status"` // ok, degraded, unavailable
-	Reason    string `json:"reason,omitempty"`
-	Model     string `json:"model"`
-	BlockSize int    `json:"block_size"`
-	Policy    string `json:"policy"`
-	Disagg    string `json:"disagg"`
+	Status string `json:"status"` // ok, degraded, unavailable
+	Reason string `json:"reason,omitempty"`
+	// Model is the model served: Config.Model, or in a fleet the one base
+	// model registered when there is one ("" when there are several).
+	Model string `json:"model"`
+	// Models are the base models the admitted workers serve, sorted.
+	Models    []string `json:"models"`
+	BlockSize int      `json:"block_size"`
+	Policy    string   `json:"policy"`
+	Disagg    string   `json:"disagg"`
 	// Bus is "up" or "down". While it is down the frontend routes to the
 	// last known workers that answer HTTP (fail static); BusDownSeconds
 	// and BusCause say for how long and why.
@@ -73,6 +77,16 @@ func (s *Server) Health() Health {
 	if h.Refused == nil {
 		h.Refused = []Refusal{}
 	}
+	h.Models = []string{}
+	for i := range workers {
+		if wk := &workers[i]; s.admits(wk) && !slices.Contains(h.Models, wk.Model) {
+			h.Models = append(h.Models, wk.Model)
+		}
+	}
+	slices.Sort(h.Models)
+	if s.fleet() && len(h.Models) == 1 {
+		h.Model = h.Models[0]
+	}
 	var unhealthy []string
 	h.Bus = "up"
 	if s.deps.Bus != nil {
@@ -108,7 +122,7 @@ func (s *Server) Health() Health {
 	if slices.ContainsFunc(workers, func(wk Worker) bool { return wk.Role == RolePrefill }) {
 		h.Links = s.linkInfos(workers)
 	}
-	if reason := s.unavailableReason(workers); reason != "" {
+	if reason := s.unavailableReason(workers, nil); reason != "" {
 		h.Status, h.Reason = HealthUnavailable, reason
 	} else if len(unhealthy) > 0 {
 		h.Status, h.Reason = HealthDegraded, strings.Join(unhealthy, "; ")

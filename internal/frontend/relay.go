@@ -206,7 +206,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		finish()
 		h := w.Header()
 		h.Set("Content-Type", resp.Header.Get("Content-Type"))
-		s.setRouteHeaders(h, rt, s.cfg.BlockSize)
+		s.setRouteHeaders(h, rt, pr.model.blockSize)
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.ClientStallTimeout))
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(data)
@@ -225,7 +225,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	s.setRouteHeaders(h, rt, s.cfg.BlockSize)
+	s.setRouteHeaders(h, rt, pr.model.blockSize)
 	w.WriteHeader(resp.StatusCode)
 
 	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: finish}

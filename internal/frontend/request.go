@@ -38,6 +38,7 @@ type apiError struct {
 	// happened (a failed upstream attempt), so fail must not count it again.
 	counted    bool
 	retryAfter string // Retry-After header, in seconds, if set
+	code       string // the envelope's code when not the HTTP status, e.g. ErrCodeModelNotFound
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -54,6 +55,10 @@ type parsedRequest struct {
 	req    openai.CompletionRequest
 	tokens []uint32
 	hashes []uint64
+	// workers is the pool as it was when the request was read; model is
+	// what its model name resolved to among them.
+	workers []Worker
+	model   modelRoute
 }
 
 // maxTokens is the request's output limit, max_tokens or else
@@ -122,9 +127,10 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	if req.Model == "" {
 		return nil, badRequest("model", "frontend: model is required")
 	}
-	if req.Model != s.cfg.Model {
-		return nil, &apiError{status: http.StatusNotFound, typ: openai.TypeNotFound, param: "model",
-			msg: fmt.Sprintf("frontend: model %q is not served here; GET /v1/models lists %q", req.Model, s.cfg.Model), kind: errKindBadRequest}
+	pr.workers = s.deps.Workers.List()
+	var aerr *apiError
+	if pr.model, aerr = s.resolveModel(pr.workers, req.Model); aerr != nil {
+		return nil, aerr
 	}
 	if req.MaxTokens != nil && *req.MaxTokens <= 0 {
 		return nil, badRequest("max_tokens", "frontend: max_tokens must be positive, got %d", *req.MaxTokens)
@@ -152,7 +158,7 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		if err := openai.CheckRoles(req.Messages); err != nil {
 			return nil, badRequest("messages", "frontend: %v", err)
 		}
-		toks, err := s.tok.EncodeChat(req.Messages, routingChatOptions(req))
+		toks, err := pr.model.tok.EncodeChat(req.Messages, routingChatOptions(req))
 		if err != nil {
 			return nil, badRequest("messages", "frontend: %v", err)
 		}
@@ -167,10 +173,17 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 			}
 			pr.tokens = req.Prompt.Tokens
 		default:
-			pr.tokens = s.tok.EncodePrompt(req.Prompt.Text)
+			pr.tokens = pr.model.tok.EncodePrompt(req.Prompt.Text)
 		}
 	}
-	pr.hashes = kvindex.HashChain(make([]uint64, 0, len(pr.tokens)/s.cfg.BlockSize), req.CacheSalt, pr.tokens, s.cfg.BlockSize)
+	salt := req.CacheSalt
+	if pr.model.adapter != "" {
+		// An adapter's blocks are another cache: the bridge and the
+		// simulator root them the same way.
+		salt = kvindex.LoRASalt(pr.model.adapter, salt)
+	}
+	bs := pr.model.blockSize
+	pr.hashes = kvindex.HashChain(make([]uint64, 0, len(pr.tokens)/bs), salt, pr.tokens, bs)
 	return pr, nil
 }
 

@@ -76,6 +76,10 @@ type Server struct {
 	// and read-mostly.
 	inflight sync.Map
 
+	// known holds every model name a worker has served (values are
+	// modelRoute), so a model whose workers all left is 503, not 404.
+	known sync.Map
+
 	conns  atomic.Int64 // open client connections, through Listener
 	active atomic.Int64 // completion requests being served, for MaxInflight
 
@@ -136,6 +140,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCompletion(endpointChat))
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion(endpointCompletions))
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
 	s.mux.HandleFunc("GET /health", s.handleHealth)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
@@ -293,23 +298,6 @@ func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
-}
-
-func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
-	if !s.apiAuthorized(r) {
-		s.m.errors.WithLabelValues(errKindUnauthorized).Inc()
-		openai.WriteError(w, http.StatusUnauthorized, openai.TypeAuthentication, "", "frontend: missing or wrong API key: send Authorization: Bearer <key>")
-		return
-	}
-	maxLen := 0
-	for _, wk := range s.deps.Workers.List() {
-		if wk.Model == s.cfg.Model && wk.MaxModelLen > 0 && (maxLen == 0 || wk.MaxModelLen < maxLen) {
-			maxLen = wk.MaxModelLen // the smallest, so every worker can take what we advertise
-		}
-	}
-	openai.WriteJSON(w, openai.ModelList{Object: "list", Data: []openai.Model{{
-		ID: s.cfg.Model, Object: "model", Created: s.started.Unix(), OwnedBy: "switchyard", MaxModelLen: maxLen,
-	}}})
 }
 
 // statusWriter records the status code for metrics and keeps Flush.

@@ -28,28 +28,36 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, badRequest("", "frontend: tokenize wants {\"prompt\": text} or {\"messages\": [...]}: %v", err))
 		return
 	}
-	if req.Model != "" && req.Model != s.cfg.Model {
-		s.fail(w, &apiError{status: http.StatusNotFound, typ: openai.TypeNotFound, param: "model", kind: errKindBadRequest,
-			msg: "frontend: model " + req.Model + " is not served here; this deployment serves " + s.cfg.Model})
-		return
+	workers := s.deps.Workers.List()
+	name := req.Model
+	if name == "" {
+		name = s.cfg.Model
 	}
-	toks, err := tokenizer.Tokenize(s.tok, &req)
+	tok, maxLen := s.tok, 0
+	if name != "" {
+		mr, aerr := s.resolveModel(workers, name)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		tok = mr.tok
+		for i := range workers {
+			if wk := &workers[i]; mr.serves(wk) && wk.MaxModelLen > 0 && (maxLen == 0 || wk.MaxModelLen < maxLen) {
+				maxLen = wk.MaxModelLen
+			}
+		}
+	}
+	toks, err := tokenizer.Tokenize(tok, &req)
 	if err != nil {
 		s.fail(w, badRequest("", "frontend: %v", err))
 		return
-	}
-	maxLen := 0
-	for _, wk := range s.deps.Workers.List() {
-		if wk.Model == s.cfg.Model && wk.MaxModelLen > 0 && (maxLen == 0 || wk.MaxModelLen < maxLen) {
-			maxLen = wk.MaxModelLen
-		}
 	}
 	resp := openai.TokenizeResponse{Count: len(toks), MaxModelLen: maxLen, Tokens: toks}
 	if resp.Tokens == nil {
 		resp.Tokens = []uint32{}
 	}
 	if req.ReturnTokenStrs {
-		if d, ok := s.tok.(interface{ Decode([]uint32) string }); ok {
+		if d, ok := tok.(interface{ Decode([]uint32) string }); ok {
 			for _, id := range toks {
 				resp.TokenStrs = append(resp.TokenStrs, d.Decode([]uint32{id}))
 			}

@@ -27,6 +27,12 @@ func Root(salt string) BlockHash {
 	return Mix(h ^ 0x5a17)
 }
 
+// LoRASalt is the salt that roots a LoRA adapter's blocks, cache_salt
+// (which may be empty) included: an engine keys an adapter's blocks by its
+// name, so the same prompt on another adapter, or on the base model, is
+// another cache.
+func LoRASalt(adapter, salt string) string { return "lora\x00" + adapter + "\x00" + salt }
+
 // HashBlock returns the hash of one full block given its parent's hash.
 // It is a multiply-xorshift hash over the token IDs, two tokens a round; it
 // is not cryptographic, but collisions between distinct chains are 2^-64

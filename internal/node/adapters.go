@@ -41,6 +41,13 @@ func (a adapters) toWorker(w bus.WorkerInfo) frontend.Worker {
 	fw := frontend.Worker{
 		ID: w.ID, Role: w.Role, Model: w.Model, URL: w.HTTPURL, MaxModelLen: w.MaxModelLen,
 		BlockSize: w.BlockSize, KVBlocks: w.KVBlocks, KVBytesPerToken: int64(w.KVBytesPerToken), KVXferAddr: w.KVXferAddr, Profile: w.Profile,
+		Aliases: w.Aliases, Created: w.StartedUnixMilli / 1000,
+	}
+	if len(w.Adapters) > 0 {
+		fw.Adapters = make([]frontend.Adapter, len(w.Adapters))
+		for i, ad := range w.Adapters {
+			fw.Adapters[i] = frontend.Adapter{Name: ad.Name, Root: ad.Root}
+		}
 	}
 	if l, ok := a.f.load(w.ID); ok {
 		fw.Load = frontend.Load{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}

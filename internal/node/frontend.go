@@ -38,8 +38,12 @@ type FrontendConfig struct {
 	Subjects    bus.Subjects
 	RegistryTTL time.Duration // 0: the bus default
 
+	// Model is the one model served; "" serves every model workers
+	// register (a fleet).
 	Model     string
 	BlockSize int
+	// BlockSizes overrides BlockSize per model (by the workers' Model).
+	BlockSizes map[string]int
 	// Tokenizer tokenizes prompts and chats for routing (nil: cl100k).
 	Tokenizer tokenizer.Encoder
 	// EngineTokenizer, instead, asks the workers' POST /tokenize
@@ -224,7 +228,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	if err != nil {
 		return nil, err
 	}
-	if f.watcher, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, OnChange: f.onChange, Logger: f.log, Networks: cfg.WorkerNetworks}); err != nil {
+	if f.watcher, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, BlockSizes: cfg.BlockSizes, OnChange: f.onChange, Logger: f.log, Networks: cfg.WorkerNetworks}); err != nil {
 		return nil, err
 	}
 	if err = f.watcher.Register(cfg.Registry); err != nil {
@@ -272,27 +276,35 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	} // else: once the peers had a moment to answer (below)
 
 	a := adapters{f}
-	if cfg.EngineTokenizer {
-		et, err := enginetok.New(enginetok.Config{Model: cfg.Model, Logger: f.log, Workers: func() []string {
-			var urls []string
-			for _, w := range f.watcher.Workers() {
-				// Prefill workers run the same model; any will do.
-				urls = append(urls, w.HTTPURL)
-			}
-			return urls
-		}})
+	var modelTok func(string) frontend.Tokenizer
+	if cfg.EngineTokenizer && cfg.Model != "" {
+		et, err := f.engineTokenizer(cfg.Model)
 		if err != nil {
-			f.Close()
 			return nil, err
 		}
 		cfg.Tokenizer = et
+	} else if cfg.EngineTokenizer {
+		// A fleet: each model's prompts are tokenized by its own workers.
+		var toks sync.Map // model → *enginetok.Tokenizer
+		modelTok = func(model string) frontend.Tokenizer {
+			if t, ok := toks.Load(model); ok {
+				return t.(*enginetok.Tokenizer)
+			}
+			et, err := f.engineTokenizer(model)
+			if err != nil {
+				f.log.Error("engine tokenizer", "model", model, "err", err)
+				return nil
+			}
+			t, _ := toks.LoadOrStore(model, et)
+			return t.(*enginetok.Tokenizer)
+		}
 	}
 	var settingsChanged func()
 	if f.share != nil {
 		settingsChanged = f.settingsChanged
 	}
 	f.server, err = frontend.New(frontend.Config{
-		Model: cfg.Model, BlockSize: cfg.BlockSize, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
+		Model: cfg.Model, BlockSize: cfg.BlockSize, BlockSizes: cfg.BlockSizes, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
 		EjectAfter: cfg.EjectAfter, ClientReadTimeout: cfg.ClientReadTimeout, ClientStallTimeout: cfg.ClientStallTimeout,
 		MaxConnections: cfg.MaxConnections, MaxInflight: cfg.MaxInflight, MaxInflightPerWorker: cfg.MaxInflightPerWorker,
@@ -301,7 +313,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share, newExpectations(f.consumer)}, Events: a, Gate: a, Index: a,
 		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a, Cluster: a,
-		Tokenizer: cfg.Tokenizer,
+		Tokenizer: cfg.Tokenizer, ModelTokenizer: modelTok,
 	})
 	if err != nil {
 		return nil, err
@@ -335,6 +347,20 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		return nil
 	})
 	return f, nil
+}
+
+// engineTokenizer asks model's workers to tokenize (--tokenizer engine).
+func (f *Frontend) engineTokenizer(model string) (*enginetok.Tokenizer, error) {
+	return enginetok.New(enginetok.Config{Model: model, Logger: f.log, Workers: func() []string {
+		var urls []string
+		for _, w := range f.watcher.Workers() {
+			// Prefill workers run the same model; any will do.
+			if w.ServesBase(model) {
+				urls = append(urls, w.HTTPURL)
+			}
+		}
+		return urls
+	}})
 }
 
 func (f *Frontend) goRun(what string, fn func() error) {
@@ -511,6 +537,9 @@ func (f *Frontend) probeNewLinks(ctx context.Context) {
 	links := f.gate.Links()
 	for _, p := range prefill {
 		for _, d := range decode {
+			if p.Model != d.Model {
+				continue // a prefill worker serves only its own model's decode workers
+			}
 			if !links.NeedsProbe(p.ID, d.ID) || !links.MarkProbing(p.ID, d.ID) {
 				continue
 			}

@@ -13,6 +13,32 @@ type ErrorBody struct {
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    int     `json:"code"` // the HTTP status, as vLLM does
+	// CodeName is a string code, as OpenAI sends for some errors
+	// ("model_not_found"); such a body's Code is 0. Decoding only: a body
+	// with one is written by WriteCodedError.
+	CodeName string `json:"-"`
+}
+
+// UnmarshalJSON accepts code as a number (vLLM's, the HTTP status) or a
+// string (OpenAI's, into CodeName).
+func (b *ErrorBody) UnmarshalJSON(data []byte) error {
+	type plain ErrorBody
+	var raw struct {
+		plain
+		Code json.RawMessage `json:"code"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	*b = ErrorBody(raw.plain)
+	switch {
+	case len(raw.Code) == 0 || string(raw.Code) == "null":
+	case raw.Code[0] == '"':
+		return json.Unmarshal(raw.Code, &b.CodeName)
+	default:
+		return json.Unmarshal(raw.Code, &b.Code)
+	}
+	return nil
 }
 
 // ErrorResponse is the envelope {"error": {...}}.
@@ -44,6 +70,26 @@ func WriteError(w http.ResponseWriter, status int, typ, param, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(NewError(status, typ, param, msg))
+}
+
+// WriteCodedError writes an error envelope whose code is a string, as
+// OpenAI's own are ("model_not_found"), rather than the HTTP status.
+func WriteCodedError(w http.ResponseWriter, status int, typ, param, code, msg string) {
+	body := struct {
+		Error struct {
+			Message string  `json:"message"`
+			Type    string  `json:"type"`
+			Param   *string `json:"param"`
+			Code    string  `json:"code"`
+		} `json:"error"`
+	}{}
+	body.Error.Message, body.Error.Type, body.Error.Code = msg, typ, code
+	if param != "" {
+		body.Error.Param = &param
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // WriteJSON writes v as a JSON response with status 200.

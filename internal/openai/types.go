@@ -293,6 +293,10 @@ type Model struct {
 	Created     int64  `json:"created"`
 	OwnedBy     string `json:"owned_by"`
 	MaxModelLen int    `json:"max_model_len,omitempty"`
+	// Root is what the model was loaded from (a LoRA adapter's path);
+	// Parent is a LoRA adapter's base model, null for a base model.
+	Root   string  `json:"root,omitempty"`
+	Parent *string `json:"parent"`
 }
 
 // ModelList is the body of GET /v1/models.
