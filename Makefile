@@ -1,7 +1,7 @@
 # Switchyard. `make test` is the one test command: README and CI both use it.
 GO ?= go
 
-.PHONY: all build test unit e2e e2e-deps vet fmt bench soak tokenizer-deps tokenizer-oracle
+.PHONY: all build test test-data unit e2e e2e-deps vet fmt bench soak tokenizer-deps tokenizer-oracle
 
 all: build
 
@@ -40,7 +40,14 @@ tokenizer-deps:
 tokenizer-oracle: tokenizer-deps
 	$(GO) test -count=1 -tags oracle -timeout 10m ./internal/tokenizer/hf/ ./internal/tokenizer/
 
-test: vet unit e2e tokenizer-oracle
+# The tests read published traces, timing tables and tokenizer files from
+# the data directory beside the checkout (../shared/data), which is not in the
+# repository. Check it before anything else, so a missing one is one message
+# at once rather than scattered failures minutes into the unit tests.
+test-data:
+	@scripts/test-deps.sh --data-only
+
+test: test-data vet unit e2e tokenizer-oracle
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1s ./...
