@@ -209,18 +209,18 @@ func (m *manifests) statefulSet(t *testing.T, name string) *appsv1.StatefulSet {
 func flagSets(t *testing.T, cmds ...string) map[string]map[string]bool {
 	t.Helper()
 	out := map[string]map[string]bool{}
-	flagLine := regexp.MustCompile(`(?m)^  -([a-zA-Z0-9][a-zA-Z0-9-]*)`)
+	flagLine := regexp.MustCompile(`(?m)^  --?([a-zA-Z0-9][a-zA-Z0-9-]*)`)
 	for _, c := range cmds {
-		var stderr bytes.Buffer
-		if code := cli.Main(context.Background(), []string{c, "-h"}, strings.NewReader(""), &bytes.Buffer{}, &stderr); code != cli.ExitOK {
+		var stdout, stderr bytes.Buffer
+		if code := cli.Main(context.Background(), []string{c, "-h"}, strings.NewReader(""), &stdout, &stderr); code != cli.ExitOK {
 			t.Fatalf("switchyard %s -h exited %d:\n%s", c, code, stderr.String())
 		}
 		set := map[string]bool{}
-		for _, mm := range flagLine.FindAllStringSubmatch(stderr.String(), -1) {
+		for _, mm := range flagLine.FindAllStringSubmatch(stdout.String(), -1) {
 			set[mm[1]] = true
 		}
 		if len(set) < 3 {
-			t.Fatalf("switchyard %s -h listed %d flags; the usage format changed?\n%s", c, len(set), stderr.String())
+			t.Fatalf("switchyard %s -h listed %d flags; the usage format changed?\n%s", c, len(set), stdout.String())
 		}
 		out[c] = set
 	}
