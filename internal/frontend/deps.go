@@ -70,6 +70,11 @@ type RouteRequest struct {
 	PromptTokens int
 	MaxTokens    int      // the most tokens it decodes on the chosen worker: max_tokens; 0 when unknown or none (a prefill worker)
 	Candidates   []string // worker IDs the router may choose from; never empty
+	// IndexSuspect are the candidates whose KV-event index the frontend
+	// found inconsistent with what their engines serve from cache: route
+	// them by the approximate index, as workers whose events are not
+	// healthy. Nil when there are none.
+	IndexSuspect []string
 }
 
 // Decision is the router's answer.
@@ -83,6 +88,10 @@ type Decision struct {
 	// Approx says the overlap came from the router's own recent decisions,
 	// not from KV events (the worker's events are not healthy).
 	Approx bool
+	// IndexBlocks is, when Approx, the overlap the KV-event index alone
+	// showed on the worker: what the engine's cache report is checked
+	// against. Unused otherwise (OverlapBlocks is the index's).
+	IndexBlocks int
 }
 
 // Router picks workers and owns the routing policy.

@@ -66,6 +66,14 @@
 // (joined with newlines); other part types are rejected with 400, as are
 // temperature outside [0, 2] and top_p outside (0, 1].
 //
+// # Usage on streams
+//
+// Every stream is sent to the worker with stream_options.include_usage set,
+// because the final usage chunk is the engine's word on what it served
+// from cache (the cache-hit metrics and the index agreement need it). When
+// the client did not ask for it, the relay reads that chunk and does not
+// pass it on, so the client gets the events it asked for.
+//
 // # Authentication
 //
 // With Config.APIKey set, /v1/* requires "Authorization: Bearer <APIKey>"
@@ -89,6 +97,9 @@
 //	 "workers": [{"id", "role", "model", "url" (admin), "inflight",
 //	              "load": {"running", "waiting", "kv_usage"},
 //	              "events": {"state": "healthy", "cause", ...},
+//	              "agreement": {"requests", "predicted_tokens", "engine_cached_tokens",
+//	                            "blind", "stale", "trips", "window", "window_blind",
+//	                            "window_stale", "agreement", "inconsistent", "cause"},
 //	              "block_size", "kv_blocks", "max_model_len", "kv_bytes_per_token",
 //	              "kvxfer_addr" (admin), "profile"}],
 //	 "refused": [{"id", "reason"}],
@@ -98,6 +109,11 @@
 // kv_bytes_per_token, kvxfer_addr and profile appear
 // only when set. links, the same entries as GET /admin/links, appears only
 // when there are prefill workers (and decode workers to pair them with).
+//
+// events.state is "inconsistent" when the worker's KV events flow but the
+// index they built disagrees with what its engine serves from cache
+// (agreement; see agree.go): the router then routes it by the approximate
+// index, as a silent worker, until a clean window of responses.
 //
 // status is "degraded" (HTTP 200) when any worker's KV events are not
 // healthy or the bus is down (the registry cannot be heard: the frontend
@@ -162,7 +178,10 @@
 // switchyard_cache_hit_tokens_total, switchyard_worker_ejections_total,
 // switchyard_worker_gone_cancels_total, switchyard_shed_total{scope},
 // switchyard_client_connections and
-// switchyard_client_connections_refused_total; with a HuggingFace
+// switchyard_client_connections_refused_total,
+// switchyard_index_predicted_tokens_total{worker},
+// switchyard_engine_cached_tokens_total{worker} and
+// switchyard_index_agreement{worker} (index agreement); with a HuggingFace
 // tokenizer, its section cache's switchyard_tokenizer_cache_hits_total,
 // switchyard_tokenizer_cache_misses_total and
 // switchyard_tokenizer_cache_bytes.

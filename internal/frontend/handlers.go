@@ -20,6 +20,9 @@ type route struct {
 	tiers   [3]int // overlap blocks by tier
 	approx  bool
 	policy  string
+	// indexOverlap is the overlap the KV-event index alone showed on
+	// target (the router's overlap may be the approximate index's).
+	indexOverlap int
 
 	gated   bool   // the gate was consulted
 	mode    string // the disaggregation mode in force, when gated
@@ -185,6 +188,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		if s.deps.Index != nil {
 			rt.overlap = s.deps.Index.Overlaps(pr.hashes)[pin]
 		}
+		rt.indexOverlap = rt.overlap
 	} else {
 		serving = s.servingWorkers(workers, &pr.model)
 		if len(serving) == 0 {
@@ -281,7 +285,8 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			rt.gate.Reason = fmt.Sprintf("decode worker %s failed after remote prefill, retried with local prefill: %s", rt.target.ID, rt.gate.Reason)
 			body = pr.body
 		}
-		rt.target, rt.overlap, rt.tiers, rt.policy = rest[i], dec.OverlapBlocks, dec.TierBlocks, dec.Policy
+		rt.target, rt.overlap, rt.tiers, rt.approx, rt.policy = rest[i], dec.OverlapBlocks, dec.TierBlocks, dec.Approx, dec.Policy
+		rt.indexOverlap = dec.indexOverlap()
 	}
 }
 
@@ -372,7 +377,8 @@ func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, cand
 	for i, wk := range candidates {
 		ids[i] = wk.ID
 	}
-	dec, err := s.deps.Router.Pick(ctx, RouteRequest{RequestID: reqID, Hashes: pr.hashes, PromptTokens: len(pr.tokens), MaxTokens: maxTokens, Candidates: ids})
+	dec, err := s.deps.Router.Pick(ctx, RouteRequest{RequestID: reqID, Hashes: pr.hashes, PromptTokens: len(pr.tokens), MaxTokens: maxTokens, Candidates: ids,
+		IndexSuspect: s.indexSuspects(ids)})
 	if err != nil {
 		return Decision{}, fmt.Errorf("frontend: router: %w", err)
 	}
@@ -395,7 +401,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		return route{}, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, msg: err.Error(), kind: errKindRouter}
 	}
 	i := slices.IndexFunc(serving, func(wk Worker) bool { return wk.ID == dec.WorkerID })
-	rt := route{target: serving[i], overlap: dec.OverlapBlocks, tiers: dec.TierBlocks, approx: dec.Approx, policy: dec.Policy}
+	rt := route{target: serving[i], overlap: dec.OverlapBlocks, tiers: dec.TierBlocks, approx: dec.Approx, policy: dec.Policy, indexOverlap: dec.indexOverlap()}
 	mode := s.DisaggMode()
 	// In mode never the gate is still asked: it answers local (mode_never)
 	// with its predictions, so every decode response explains itself.
@@ -451,6 +457,29 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		s.deps.InFlight.Started(rt.target.ID, reqID, rt.prefillBlocks(pr), s.promptBlocks(pr))
 	}
 	return rt, nil
+}
+
+// indexOverlap is the overlap the KV-event index showed on d's worker.
+func (d *Decision) indexOverlap() int {
+	if d.Approx {
+		return d.IndexBlocks
+	}
+	return d.OverlapBlocks
+}
+
+// agreeOn judges the index's prediction for rt against the usage its
+// worker answered with (see agree.go). The decode worker of a remote
+// prefill counts the KV it pulled as cached, which no index predicts, so
+// it is not judged.
+func (s *Server) agreeOn(rt *route, pr *parsedRequest, u *openai.Usage) {
+	if u == nil || rt.gated && rt.gate.Remote {
+		return
+	}
+	gpu := -1 // unknown: the tiers are the approximate index's, or not known
+	if !rt.approx && rt.tiers != [3]int{} {
+		gpu = rt.tiers[0]
+	}
+	s.agree(agreeInput{worker: rt.target.ID, hashes: pr.hashes, predicted: rt.indexOverlap, gpuPredicted: gpu, usage: u})
 }
 
 // setRouteHeaders writes the x-switchyard-* headers of rt.

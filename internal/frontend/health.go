@@ -49,6 +49,9 @@ type WorkerHealth struct {
 	InFlight   int64        `json:"inflight"` // requests this frontend has open on it
 	Load       Load         `json:"load"`
 	Events     *EventStatus `json:"events"`
+	// Agreement is how the index's predicted cached prefixes compared
+	// with what the worker's engine served (see StateInconsistent).
+	Agreement *AgreementStatus `json:"agreement"`
 
 	BlockSize       int    `json:"block_size,omitempty"`
 	KVBlocks        int    `json:"kv_blocks,omitempty"` // KV cache capacity, in blocks of block_size tokens
@@ -106,7 +109,14 @@ func (s *Server) Health() Health {
 				st = got
 			}
 		}
-		wh.Events = &st
+		ag := s.workerState(wk.ID).agree.status()
+		if ag.Inconsistent && st.State == StateHealthy {
+			// The events flow, but what they built disagrees with the
+			// engine: a worse state than healthy, a better one than the
+			// others (which already route by the approximate index).
+			st.State, st.Cause = StateInconsistent, ag.Cause
+		}
+		wh.Events, wh.Agreement = &st, &ag
 		if wh.Ejected, wh.EjectCause = s.ejection(wk.ID); wh.Ejected {
 			unhealthy = append(unhealthy, fmt.Sprintf("%s ejected: %s", wk.ID, wh.EjectCause))
 		}

@@ -56,6 +56,10 @@ type metrics struct {
 	// workerRequests is worker, outcome: worker ids come from the
 	// registry, so the label set is as large as the deployment.
 	workerRequests *prometheus.CounterVec
+	// Index agreement, by worker (see agree.go).
+	indexPredicted *prometheus.CounterVec
+	engineCached   *prometheus.CounterVec
+	indexAgreement *prometheus.GaugeVec
 }
 
 func newMetrics(reg *prometheus.Registry) (*metrics, error) {
@@ -98,8 +102,17 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		shed: prom.CounterVec("switchyard_shed_total",
 			"Requests refused with 429 by load shedding: scope global (--max-inflight) or worker (every candidate at --max-inflight-per-worker).",
 			"scope"),
+		indexPredicted: prom.CounterVec("switchyard_index_predicted_tokens_total",
+			"Cached prompt tokens the KV-event index predicted on the chosen worker, over the responses judged for index agreement (either side claimed a hit).",
+			"worker"),
+		engineCached: prom.CounterVec("switchyard_engine_cached_tokens_total",
+			"Prompt tokens the engine says it served from cache (usage cached_tokens), over the responses judged for index agreement.",
+			"worker"),
+		indexAgreement: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "switchyard_index_agreement",
+			Help: "Share of the worker's recent judged responses (the last 50, within 60 s) on which the index's predicted cached prefix agreed with what the engine served, within a block."},
+			[]string{"worker"}),
 	}
-	if err := prom.Register(reg, "frontend", m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed, m.workerRequests); err != nil {
+	if err := prom.Register(reg, "frontend", m.indexPredicted, m.engineCached, m.indexAgreement, m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed, m.workerRequests); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -143,6 +143,10 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return ue
 	}
 
+	body, stripUsage, err := withStreamUsage(body, &pr.req)
+	if err != nil {
+		return forwardResult{}, classify(err, errKindUpstreamConn, false)
+	}
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.URL+ep.path, bytes.NewReader(body))
 	if err != nil {
 		return forwardResult{}, classify(err, errKindUpstreamConn, false)
@@ -193,6 +197,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 			if json.Unmarshal(data, &u) == nil {
 				s.countUsage(u.Usage)
+				s.agreeOn(rt, pr, u.Usage)
 			}
 			if s.deps.InFlight != nil {
 				s.deps.InFlight.FirstToken(wk.ID, reqID)
@@ -228,11 +233,15 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	s.setRouteHeaders(h, rt, pr.model.blockSize)
 	w.WriteHeader(resp.StatusCode)
 
-	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: finish}
+	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: finish,
+		stripUsage: stripUsage}
 	fl, _ := w.(http.Flusher)
 	err = s.relayStream(w, fl, br, idle, &st)
 	if st.hasUsage {
 		s.countUsage(&st.usage)
+		if err == nil {
+			s.agreeOn(rt, pr, &st.usage)
+		}
 	}
 	if st.sawError {
 		s.m.errors.WithLabelValues(errKindUpstreamStream).Inc()
@@ -308,6 +317,11 @@ type relayState struct {
 	atBoundary bool // the bytes written so far end on an event boundary
 	hasUsage   bool
 	usage      openai.Usage
+	// stripUsage: the frontend asked for the usage chunk, the client did
+	// not; it is read and not relayed, with the blank line ending it
+	// (skipBlank).
+	stripUsage bool
+	skipBlank  bool
 
 	// rc, when set, gets a write deadline stall ahead of every write, moved
 	// at most every stall/8 (a deadline per SSE line would cost more than
@@ -379,6 +393,19 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 			idle.Reset(s.cfg.IdleTimeout)
 		}
 		line, err := br.ReadSlice('\n')
+		if st.stripUsage && err == nil && !midLine {
+			if st.skipBlank {
+				st.skipBlank = false
+				if len(bytes.TrimRight(line, "\r\n")) == 0 {
+					continue
+				}
+			}
+			if p, ok := usageChunk(line); ok {
+				s.inspect(p, st)
+				st.skipBlank = true
+				continue
+			}
+		}
 		if len(line) > 0 {
 			st.extendDeadline()
 			if _, werr := dst.Write(line); werr != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
@@ -85,7 +86,10 @@ func (a adapters) Refused() []frontend.Refusal {
 func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.Decision, error) {
 	cands := make([]router.Worker, len(req.Candidates))
 	for i, id := range req.Candidates {
-		cands[i] = router.Worker{ID: id, EventsHealthy: a.f.consumer.Health(id) == kvevents.StateHealthy}
+		// A worker whose index the frontend found inconsistent with its
+		// engine is routed by the approximate index, as an unhealthy one.
+		healthy := a.f.consumer.Health(id) == kvevents.StateHealthy && !slices.Contains(req.IndexSuspect, id)
+		cands[i] = router.Worker{ID: id, EventsHealthy: healthy}
 		if w, ok := a.f.watcher.Worker(id); ok {
 			p := w.Profile
 			cands[i].Profile = &p
@@ -96,7 +100,7 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 		return frontend.Decision{}, err
 	}
 	a.f.share.Approx(d.Worker, req.Hashes, time.Now())
-	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx,
+	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx, IndexBlocks: d.IndexBlocks,
 		TierBlocks: [3]int{int(d.Tiers[0]), int(d.Tiers[1]), int(d.Tiers[2])}}, nil
 }
 

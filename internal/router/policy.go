@@ -90,6 +90,11 @@ type Decision struct {
 	// timing profile, else blocks (see the package doc). kv only.
 	Cost   float64
 	Approx bool // the overlap came from the approximate index
+	// IndexBlocks is the leading blocks of the prompt the KV-event index
+	// alone shows on Worker, whatever the approximate index said: what the
+	// engine's own cache report is checked against. It equals
+	// OverlapBlocks unless Approx.
+	IndexBlocks int
 }
 
 // Overlapper gives the prefix overlap of candidate i (an index into the

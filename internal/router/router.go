@@ -138,6 +138,9 @@ type scratch struct {
 	ws     []Worker
 	blocks []int
 	approx []bool
+	// indexBlocks is each candidate's overlap in the KV-event index before
+	// the approximate index was consulted.
+	indexBlocks []int
 	tiers  []kvindex.TierCounts
 	priced []float64
 	est    []estimate
@@ -274,8 +277,19 @@ func (r *Router) decide(s *scratch, req *Request, now time.Time) (Decision, erro
 	} else {
 		d, err = p.Pick(req, s.ws, s)
 	}
-	if err != nil || req.ID == "" {
+	if err != nil {
 		return d, err
+	}
+	d.IndexBlocks = d.OverlapBlocks
+	if d.Approx {
+		for i := range s.ws {
+			if s.ws[i].ID == d.Worker {
+				d.IndexBlocks = s.indexBlocks[i]
+			}
+		}
+	}
+	if req.ID == "" {
+		return d, nil
 	}
 	prompt := len(req.Hashes)
 	if req.BlockSize > 0 {
@@ -324,6 +338,7 @@ func (r *Router) overlaps(s *scratch, hashes []uint64, now time.Time) {
 			}
 		}
 	}
+	s.indexBlocks = append(s.indexBlocks[:0], s.blocks...)
 	for i := range s.ws {
 		if s.ws[i].EventsHealthy {
 			continue

@@ -132,6 +132,28 @@ func TestApproxSourceWhenIndexIsStale(t *testing.T) {
 	}
 }
 
+// TestIndexBlocksBesideApprox: a decision the approximate index won still
+// says what the KV-event index alone showed, which the frontend checks
+// against the engine's cache report.
+func TestIndexBlocksBesideApprox(t *testing.T) {
+	idx := kvindex.New(kvindex.Config{})
+	r, _ := newTestRouter(t, Config{Index: idx, ApproxTTL: time.Minute})
+	h := hashes(4, 8)
+	idx.Store("a", h[:3])
+	unhealthy := []Worker{{ID: "a"}}
+	if d, _ := r.Pick(&Request{Hashes: h}, unhealthy); d.OverlapBlocks != 3 || d.IndexBlocks != 3 || d.Approx {
+		t.Fatalf("first pick = %+v, want index overlap 3", d)
+	}
+	d, _ := r.Pick(&Request{Hashes: h}, unhealthy)
+	if d.OverlapBlocks != 8 || !d.Approx || d.IndexBlocks != 3 {
+		t.Errorf("repeat = %+v, want approx overlap 8 with index blocks 3", d)
+	}
+	healthy := []Worker{{ID: "a", EventsHealthy: true}}
+	if d, _ := r.Pick(&Request{Hashes: h}, healthy); d.OverlapBlocks != 3 || d.IndexBlocks != 3 || d.Approx {
+		t.Errorf("healthy pick = %+v, want index overlap 3", d)
+	}
+}
+
 func TestApproxIndexIsBounded(t *testing.T) {
 	r, _ := newTestRouter(t, Config{ApproxCapacity: 100})
 	cands := []Worker{{ID: "a"}, {ID: "b"}}
