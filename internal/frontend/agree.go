@@ -85,10 +85,10 @@ type AgreementStatus struct {
 	Blind           uint64 `json:"blind"` // the engine served cached tokens the index did not predict
 	Stale           uint64 `json:"stale"` // the index predicted blocks the engine did not serve
 	// Trips counts the times the worker became inconsistent.
-	Trips uint64 `json:"trips"`
-	Window          int    `json:"window"`
-	WindowBlind     int    `json:"window_blind"`
-	WindowStale     int    `json:"window_stale"`
+	Trips       uint64 `json:"trips"`
+	Window      int    `json:"window"`
+	WindowBlind int    `json:"window_blind"`
+	WindowStale int    `json:"window_stale"`
 	// Agreement is the share of the window's requests that agreed; 1 for
 	// an empty window.
 	Agreement    float64 `json:"agreement"`
