@@ -138,9 +138,6 @@ type scratch struct {
 	ws     []Worker
 	blocks []int
 	approx []bool
-	// indexBlocks is each candidate's overlap in the KV-event index before
-	// the approximate index was consulted.
-	indexBlocks []int
 	tiers  []kvindex.TierCounts
 	priced []float64
 	est    []estimate
@@ -148,6 +145,10 @@ type scratch struct {
 	pr     pricer
 	ov     kvindex.Overlaps
 	res    resolved
+
+	// indexBlocks is each candidate's overlap in the KV-event index before
+	// the approximate index was consulted.
+	indexBlocks []int
 }
 
 // resolved holds a scratch's lookups for the candidates it last served, by
