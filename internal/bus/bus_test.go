@@ -2,9 +2,11 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -528,4 +530,49 @@ func metricValue(t testing.TB, c prometheus.Metric) float64 {
 	}
 	t.Fatalf("metric %v is neither counter nor gauge", c.Desc())
 	return 0
+}
+
+// TestRegistryExpiryAsksAlive: a worker whose entry goes unrefreshed stays
+// while Alive answers (its own bus link may be what failed) and leaves, once
+// Alive fails, with the failure in the reason. The server's expiry marker
+// (a purge) is judged the same way.
+func TestRegistryExpiryAsksAlive(t *testing.T) {
+	const ttl = time.Second
+	e := startServer(t)
+	ctx := t.Context()
+	r := openRegistry(t, connect(t, e.ClientURL()), ttl)
+	var answering atomic.Bool
+	answering.Store(true)
+	var asked atomic.Int64
+	var log changeLog
+	w, err := r.WatchWorkers(ctx, WatchConfig{OnChange: log.add, Alive: func(ctx context.Context, wi WorkerInfo) error {
+		asked.Add(1)
+		if answering.Load() {
+			return nil
+		}
+		return errors.New("connection refused")
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	g, err := r.Register(ctx, testWorker("w1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "w1 registered", func() bool { _, ok := w.Worker("w1"); return ok })
+	g.abandon()
+	eventually(t, 10*ttl, "Alive asked twice about w1", func() bool { return asked.Load() >= 2 })
+	if _, ok := w.Worker("w1"); !ok {
+		t.Fatalf("w1 dropped although Alive answered")
+	}
+	answering.Store(false)
+	eventually(t, 10*ttl, "w1 gone once Alive fails", func() bool { _, ok := w.Worker("w1"); return !ok })
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	for _, c := range log.cs {
+		if c.Kind == WorkerRemoved && !strings.Contains(c.Reason, "connection refused") {
+			t.Errorf("removal reason %q does not say why the health check failed", c.Reason)
+		}
+	}
 }

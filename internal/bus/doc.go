@@ -10,7 +10,11 @@
 //
 // Guarantees: a worker that stops refreshing its registry entry leaves every
 // Watcher's routable view within the registry TTL, whether or not the server
-// delivers an expiry marker. A worker whose model or block size differs from
+// delivers an expiry marker, unless WatchConfig.Alive says it still serves
+// (then its bus link, not the worker, is what failed). A Watcher probes the
+// bus with round trips and stops expiry while the server is disconnected,
+// stalled or without JetStream (fail static), recreating the registry
+// bucket when it is gone. A worker whose model or block size differs from
 // the frontend's is never routable; it is kept in a refused list with the
 // reason, logged at error level and counted.
 //

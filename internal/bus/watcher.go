@@ -82,7 +82,38 @@ type WatchConfig struct {
 	// Networks, when set, are the only networks a worker's HTTP URL and
 	// kvxfer address may be in (see CheckNetworks); others are refused.
 	Networks []netip.Prefix
+	// Alive, if set, is asked before a worker whose entry went unrefreshed
+	// for the TTL (or was purged) leaves the view: nil keeps it for another
+	// TTL. A worker whose own link to the bus froze still serves its
+	// requests; only one that fails Alive too is gone. It is called from its
+	// own goroutine, at most once at a time per worker.
+	Alive func(ctx context.Context, w WorkerInfo) error
 }
+
+// Bus states a Watcher reports (BusState). Each one but BusUp stops expiry:
+// the registry cannot be heard, so its silence says nothing about workers.
+const (
+	BusUp = "up"
+	// BusDisconnected: the NATS connection is down.
+	BusDisconnected = "down"
+	// BusStalled: connected, but the server does not answer a round trip
+	// (a PING/PONG flush) within BusProbeTimeout: frozen or overloaded.
+	BusStalled = "stalled"
+	// BusNoJetStream: core NATS answers but the registry's JetStream
+	// stream does not (JetStream disabled, or the stream deleted and not
+	// yet recreated).
+	BusNoJetStream = "jetstream unavailable"
+)
+
+// BusProbeEvery and BusProbeTimeout pace the watcher's round-trip probe of
+// the bus: a flush, then the registry stream's info. A server that stops
+// answering shows as stalled within BusProbeEvery+BusProbeTimeout (1.5 s),
+// well inside the 3 s /health promises and before any entry (TTL 6 s) can
+// expire for want of a refresh the server never passed on.
+var (
+	BusProbeEvery   = 500 * time.Millisecond
+	BusProbeTimeout = time.Second
+)
 
 // Watcher is a live view of the registry. Routable workers are those with a
 // compatible entry refreshed within the TTL. It is safe for concurrent use.
@@ -110,7 +141,7 @@ type Watcher struct {
 
 	mu        sync.Mutex // guards entries, down, downSince and downCause
 	entries   map[string]*watchEntry
-	down      bool // the connection or the watch is down: entries do not expire
+	down      string // "" when up, else a Bus* state: entries do not expire
 	downSince time.Time
 	downCause string
 
@@ -118,6 +149,7 @@ type Watcher struct {
 	refusedG    prometheus.GaugeFunc
 	refusals    prometheus.Counter
 	expirySwept prometheus.Counter
+	keptAlive   prometheus.Counter
 }
 
 type watchEntry struct {
@@ -126,6 +158,21 @@ type watchEntry struct {
 	refused  string // non-empty: the refusal reason
 	since    time.Time
 	lastSeen time.Time
+	checking bool // an Alive check is under way
+}
+
+// aliveResult is the answer of an Alive check started by the sweep.
+type aliveResult struct {
+	key   string
+	entry *watchEntry
+	err   error
+}
+
+// probeResult is one round-trip probe of the bus: state is BusUp,
+// BusStalled or BusNoJetStream.
+type probeResult struct {
+	state string
+	cause string
 }
 
 // WatchWorkers starts watching the registry. It returns once the entries
@@ -144,6 +191,8 @@ func (r *Registry) WatchWorkers(ctx context.Context, cfg WatchConfig) (*Watcher,
 			"Workers refused because their model or block size differs from the frontend's (or their entry is invalid)."),
 		expirySwept: prom.Counter("switchyard_registry_expired_total",
 			"Workers dropped because their registry entry was not refreshed within the TTL."),
+		keptAlive: prom.Counter("switchyard_registry_kept_alive_total",
+			"Registry entries left unrefreshed for the TTL whose worker still answered HTTP, so it stayed routable."),
 	}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
@@ -209,6 +258,13 @@ func (w *Watcher) loop(ctx context.Context) {
 	updates := kw.Updates()
 	var retry <-chan time.Time // set while the watch must be re-established
 	var changes []Change
+	// The probe and the Alive checks run beside the loop, which must not
+	// block on a server that does not answer; they end with ctx.
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	probes := make(chan probeResult)
+	go w.probeLoop(pctx, probes)
+	alive := make(chan aliveResult)
 	for {
 		changes = changes[:0]
 		select {
@@ -218,19 +274,36 @@ func (w *Watcher) loop(ctx context.Context) {
 			return
 		case st := <-status:
 			if st != nats.CONNECTED {
-				w.setDown("NATS connection lost; reconnecting")
+				w.setDown(BusDisconnected, "NATS connection lost; reconnecting")
 				continue
 			}
 			// After a reconnect the server may be a new one that lost the
 			// bucket, and the old watch may never deliver again: rebuild it.
-			w.setDown("NATS reconnected; re-establishing the registry watch")
+			w.setDown(BusDisconnected, "NATS reconnected; re-establishing the registry watch")
 			updates, retry = nil, time.After(0)
+		case p := <-probes:
+			if p.state != BusUp {
+				w.setDown(p.state, p.cause)
+				if p.state == BusNoJetStream && retry == nil {
+					// The stream may be gone: rewatch recreates it.
+					updates, retry = nil, time.After(0)
+				}
+				continue
+			}
+			if state, _, _ := w.BusState(); (state == BusStalled || state == BusNoJetStream) && retry == nil {
+				// The server answers again. The old watch may have missed
+				// updates, or died with its stream: rebuild it; setUp
+				// follows once it is back.
+				updates, retry = nil, time.After(0)
+			}
+		case a := <-alive:
+			changes = w.aliveAnswer(a, time.Now(), changes)
 		case e, ok := <-updates:
 			if !ok {
 				if ctx.Err() != nil || w.stopped() {
 					return // our own shutdown closed it: nothing to report
 				}
-				w.setDown("registry watch ended")
+				w.setDown(BusDisconnected, "registry watch ended")
 				w.log.Error("registry watch ended; re-establishing it", "retry_in", retryEvery)
 				updates, retry = nil, time.After(retryEvery)
 				continue
@@ -241,7 +314,12 @@ func (w *Watcher) loop(ctx context.Context) {
 		case <-retry:
 			nkw, err := w.rewatch(ctx)
 			if err != nil {
-				w.setDown("re-establishing the registry watch: " + err.Error())
+				state := BusDisconnected
+				if w.r.nc.IsConnected() {
+					// Core NATS answers; the registry's stream does not.
+					state = BusNoJetStream
+				}
+				w.setDown(state, "re-establishing the registry watch: "+err.Error())
 				retry = time.After(retryEvery)
 				continue
 			}
@@ -249,7 +327,7 @@ func (w *Watcher) loop(ctx context.Context) {
 			kw, updates, retry = nkw, nkw.Updates(), nil
 			w.setUp(time.Now())
 		case now := <-sweep.C:
-			changes = w.sweep(now, changes)
+			changes = w.sweep(pctx, now, changes, alive)
 		}
 		w.emit(changes)
 	}
@@ -270,16 +348,58 @@ func (w *Watcher) rewatch(ctx context.Context) (jetstream.KeyWatcher, error) {
 	return kv.WatchAll(ctx)
 }
 
+// probeLoop checks the bus every BusProbeEvery with a round trip: a flush
+// (PING/PONG) for core NATS, then the registry stream's info for JetStream.
+// A frozen server keeps its TCP connection open, so the client's own
+// PINGs would take 15 s or more to notice; this takes at most 1.5 s. It
+// skips while disconnected (the status listener reports that) and sends
+// each result to out.
+func (w *Watcher) probeLoop(ctx context.Context, out chan<- probeResult) {
+	t := time.NewTicker(BusProbeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !w.r.nc.IsConnected() {
+			continue
+		}
+		p := probeResult{state: BusUp}
+		if err := w.r.nc.FlushTimeout(BusProbeTimeout); err != nil {
+			p = probeResult{state: BusStalled, cause: fmt.Sprintf("NATS server answers no round trip within %v: %v", BusProbeTimeout, err)}
+		} else {
+			sctx, cancel := context.WithTimeout(ctx, BusProbeTimeout)
+			_, err := w.r.bucket().Status(sctx)
+			cancel()
+			if err != nil {
+				p = probeResult{state: BusNoJetStream, cause: "registry stream: " + err.Error()}
+			}
+		}
+		if !w.r.nc.IsConnected() {
+			continue // the failure was the disconnect, reported apart
+		}
+		select {
+		case out <- p:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // setDown stops expiry: the registry cannot be heard, so silence says
-// nothing about the workers.
-func (w *Watcher) setDown(cause string) {
+// nothing about the workers. state is one of the Bus* states.
+func (w *Watcher) setDown(state, cause string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.down {
-		w.down, w.downSince = true, time.Now()
-		w.log.Warn("registry unreachable: routing to the last known workers until it is back", "cause", cause)
+	if w.down == "" {
+		w.downSince = time.Now()
+		w.log.Warn("registry unreachable: routing to the last known workers until it is back", "bus", state, "cause", cause)
+	} else if w.down != state {
+		w.log.Warn("registry still unreachable", "bus", state, "cause", cause)
 	}
-	w.downCause = cause
+	w.down, w.downCause = state, cause
 }
 
 // setUp resumes expiry, giving every entry a full TTL from now to be
@@ -287,22 +407,33 @@ func (w *Watcher) setDown(cause string) {
 func (w *Watcher) setUp(now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.down {
+	if w.down == "" {
 		return
 	}
 	for _, e := range w.entries {
 		e.lastSeen = maxTime(e.lastSeen, now)
 	}
-	w.log.Info("registry watch re-established", "down_for", now.Sub(w.downSince).Round(time.Millisecond))
-	w.down, w.downCause = false, ""
+	w.log.Info("registry watch re-established", "was", w.down, "down_for", now.Sub(w.downSince).Round(time.Millisecond))
+	w.down, w.downCause = "", ""
 }
 
 // BusDown reports whether the registry is unreachable (the NATS connection
-// or the watch is down), since when and why. While it is, the routable
-// workers are the last known ones.
+// or the watch is down, the server stalled or JetStream unavailable),
+// since when and why. While it is, the routable workers are the last known
+// ones.
 func (w *Watcher) BusDown() (down bool, since time.Time, cause string) {
+	state, since, cause := w.BusState()
+	return state != BusUp, since, cause
+}
+
+// BusState is BusDown with the state named: BusUp, BusDisconnected,
+// BusStalled or BusNoJetStream.
+func (w *Watcher) BusState() (state string, since time.Time, cause string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.down == "" {
+		return BusUp, time.Time{}, ""
+	}
 	return w.down, w.downSince, w.downCause
 }
 
@@ -314,6 +445,12 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry, seen time.Time, changes []Cha
 	old := w.entries[key]
 	if e.Operation() != jetstream.KeyValuePut {
 		if old == nil {
+			return changes
+		}
+		if e.Operation() == jetstream.KeyValuePurge && old.refused == "" && w.cfg.Alive != nil {
+			// Most likely the server's expiry marker: the entry went
+			// unrefreshed, which the sweep judges with an Alive check.
+			old.lastSeen = time.Time{}
 			return changes
 		}
 		delete(w.entries, key)
@@ -376,15 +513,30 @@ func (w *Watcher) blockSize(model string) int {
 	return w.cfg.BlockSize
 }
 
-// sweep drops entries not refreshed within the TTL.
-func (w *Watcher) sweep(now time.Time, changes []Change) []Change {
+// sweep drops entries not refreshed within the TTL. With an Alive check,
+// a stale routable entry is first checked (answer on alive) and dropped
+// only if the check fails.
+func (w *Watcher) sweep(ctx context.Context, now time.Time, changes []Change, alive chan<- aliveResult) []Change {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.down {
+	if w.down != "" {
 		return changes
 	}
 	for key, e := range w.entries {
 		if now.Sub(e.lastSeen) <= w.r.ttl {
+			continue
+		}
+		if w.cfg.Alive != nil && e.refused == "" {
+			if !e.checking {
+				e.checking = true
+				go func(info WorkerInfo) {
+					err := w.cfg.Alive(ctx, info)
+					select {
+					case alive <- aliveResult{key: key, entry: e, err: err}:
+					case <-ctx.Done():
+					}
+				}(e.info)
+			}
 			continue
 		}
 		delete(w.entries, key)
@@ -397,6 +549,29 @@ func (w *Watcher) sweep(now time.Time, changes []Change) []Change {
 		changes = append(changes, Change{Kind: WorkerRemoved, Worker: e.info, Reason: reason})
 	}
 	return changes
+}
+
+// aliveAnswer applies an Alive check's answer: a worker that answers gets
+// another TTL; one that does not leaves, unless its entry was refreshed or
+// replaced meanwhile.
+func (w *Watcher) aliveAnswer(a aliveResult, now time.Time, changes []Change) []Change {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a.entry.checking = false
+	if w.entries[a.key] != a.entry || now.Sub(a.entry.lastSeen) <= w.r.ttl {
+		return changes
+	}
+	if a.err == nil {
+		a.entry.lastSeen = now
+		w.keptAlive.Inc()
+		w.log.Warn("worker's registry entry not refreshed, but it answers HTTP: keeping it routable", "worker", a.key, "ttl", w.r.ttl)
+		return changes
+	}
+	delete(w.entries, a.key)
+	w.expirySwept.Inc()
+	reason := fmt.Sprintf("no registry refresh for the ttl (%v), and its health check fails: %v", w.r.ttl, a.err)
+	w.log.Warn("worker expired", "worker", a.key, "reason", reason)
+	return append(changes, Change{Kind: WorkerRemoved, Worker: a.entry.info, Reason: reason})
 }
 
 func (w *Watcher) emit(changes []Change) {
@@ -449,7 +624,7 @@ func (w *Watcher) Refused() []RefusedWorker {
 
 // Register adds the watcher's metrics to reg.
 func (w *Watcher) Register(reg prometheus.Registerer) error {
-	return prom.Register(reg, "bus", w.routable, w.refusedG, w.refusals, w.expirySwept)
+	return prom.Register(reg, "bus", w.routable, w.refusedG, w.refusals, w.expirySwept, w.keptAlive)
 }
 
 // Close stops the watcher and waits for its goroutine.

@@ -307,7 +307,10 @@ type Predictor interface {
 // BusStatus is the control-plane bus (NATS and the worker registry on it)
 // as the frontend sees it.
 type BusStatus struct {
-	Down  bool      // the registry cannot be heard: routing uses the last known workers
+	Down bool // the registry cannot be heard: routing uses the last known workers
+	// State names how, for /health: "down" (disconnected), "stalled" (no
+	// round trip answered) or "jetstream unavailable"; "" means "down".
+	State string
 	Since time.Time // when it went down
 	Cause string
 }

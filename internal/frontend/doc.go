@@ -93,7 +93,7 @@
 //
 //	{"status": "ok"|"degraded"|"unavailable", "reason": "...", "model": "...",
 //	 "block_size": 16, "policy": "kv", "disagg": "auto",
-//	 "bus": "up"|"down", "bus_down_s": 3.2, "bus_cause": "...",
+//	 "bus": "up"|"down"|"stalled"|"jetstream unavailable", "bus_down_s": 3.2, "bus_cause": "...",
 //	 "workers": [{"id", "role", "model", "url" (admin), "inflight",
 //	              "load": {"running", "waiting", "kv_usage"},
 //	              "events": {"state": "healthy", "cause", ...},
@@ -162,7 +162,8 @@
 // back. switchyard_worker_ejections_total counts ejections.
 //
 // When a worker leaves the registry without deregistering (its entry
-// expired: dead, frozen or partitioned), the node calls CancelWorker: its
+// expired and it fails a health check too: dead or frozen; one whose only
+// fault is its bus link stays), the node calls CancelWorker: its
 // requests in flight are cancelled, retried on another worker if nothing
 // was relayed yet, else ended with an error event (kind worker_gone). A
 // worker that deregisters itself is shutting down cleanly and drains its

@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"slices"
@@ -23,9 +24,11 @@ type Health struct {
 	BlockSize int      `json:"block_size"`
 	Policy    string   `json:"policy"`
 	Disagg    string   `json:"disagg"`
-	// Bus is "up" or "down". While it is down the frontend routes to the
-	// last known workers that answer HTTP (fail static); BusDownSeconds
-	// and BusCause say for how long and why.
+	// Bus is "up", "down" (disconnected), "stalled" (connected, but the
+	// server answers no round trip) or "jetstream unavailable" (the
+	// registry's stream does not answer). While it is not up the frontend
+	// routes to the last known workers that answer HTTP (fail static);
+	// BusDownSeconds and BusCause say for how long and why.
 	Bus            string         `json:"bus"`
 	BusDownSeconds float64        `json:"bus_down_s,omitempty"`
 	BusCause       string         `json:"bus_cause,omitempty"`
@@ -94,9 +97,9 @@ func (s *Server) Health() Health {
 	h.Bus = "up"
 	if s.deps.Bus != nil {
 		if b := s.deps.Bus.BusStatus(); b.Down {
-			h.Bus, h.BusCause = "down", b.Cause
+			h.Bus, h.BusCause = cmp.Or(b.State, "down"), b.Cause
 			h.BusDownSeconds = time.Since(b.Since).Seconds()
-			unhealthy = append(unhealthy, fmt.Sprintf("bus down for %.1fs (%s): routing to the last known workers", h.BusDownSeconds, b.Cause))
+			unhealthy = append(unhealthy, fmt.Sprintf("bus %s for %.1fs (%s): routing to the last known workers", h.Bus, h.BusDownSeconds, b.Cause))
 		}
 	}
 	for _, wk := range workers {

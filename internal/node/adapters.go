@@ -68,8 +68,8 @@ func (a adapters) List() []frontend.Worker {
 
 // BusStatus is the registry's reachability.
 func (a adapters) BusStatus() frontend.BusStatus {
-	down, since, cause := a.f.watcher.BusDown()
-	return frontend.BusStatus{Down: down, Since: since, Cause: cause}
+	state, since, cause := a.f.watcher.BusState()
+	return frontend.BusStatus{Down: state != bus.BusUp, State: state, Since: since, Cause: cause}
 }
 
 // Refused is the workers refused for incompatibility.

@@ -228,7 +228,8 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	if err != nil {
 		return nil, err
 	}
-	if f.watcher, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, BlockSizes: cfg.BlockSizes, OnChange: f.onChange, Logger: f.log, Networks: cfg.WorkerNetworks}); err != nil {
+	if f.watcher, err = reg.WatchWorkers(runCtx, bus.WatchConfig{Model: cfg.Model, BlockSize: cfg.BlockSize, BlockSizes: cfg.BlockSizes, OnChange: f.onChange, Logger: f.log, Networks: cfg.WorkerNetworks,
+		Alive: f.workerAlive}); err != nil {
 		return nil, err
 	}
 	if err = f.watcher.Register(cfg.Registry); err != nil {
@@ -458,6 +459,33 @@ func (f *Frontend) onChange(c bus.Change) {
 		delete(f.loads, id)
 		f.loadMu.Unlock()
 	}
+}
+
+// aliveTimeout bounds the check of a worker whose registry entry went
+// stale: the frontend's connect timeout, within which a serving process
+// answers its /health.
+const aliveTimeout = 2 * time.Second
+
+// workerAlive asks worker w's GET /health; any answer below 500 means the
+// process serves. The registry asks before dropping a worker whose entry
+// went unrefreshed: a worker whose link to the bus froze still serves its
+// streams, and cutting them would cost the requests the bus fault did not.
+func (f *Frontend) workerAlive(ctx context.Context, w bus.WorkerInfo) error {
+	ctx, cancel := context.WithTimeout(ctx, aliveTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.HTTPURL+"/health", nil)
+	if err != nil {
+		return fmt.Errorf("node: health check of %s: %w", w.ID, err)
+	}
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("node: health check of %s: %w", w.ID, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		return fmt.Errorf("node: health check of %s: status %d", w.ID, resp.StatusCode)
+	}
+	return nil
 }
 
 func (f *Frontend) observeLoad(r bus.LoadReport) {
