@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/switchyard-llm/switchyard/internal/admit"
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
 	"github.com/switchyard-llm/switchyard/internal/gate"
@@ -117,6 +118,9 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.IntVar(&c.MaxConnections, "max-connections", 4096, "open client connections at most; one more gets 503 and is closed")
 	fs.IntVar(&c.MaxInflight, "max-inflight", 0, "completion requests served at once at most; more get 429 with Retry-After (0: no limit)")
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "requests open on one worker at most; when every worker is full, 429 with Retry-After (0: no limit)")
+	fs.IntVar(&c.MaxQueue, "max-queue", 1024, "requests waiting for a worker slot at most (with --max-inflight-per-worker); one more gets 429 unless it outranks a queued one")
+	fs.DurationVar(&c.QueueTimeout, "queue-timeout", 30*time.Second, "longest a request waits in the admission queue before 429 with Retry-After")
+	fs.StringVar(&c.TenantsFile, "tenants", "", "YAML file of tenants (name, key or key_sha256, weight, limits, max_priority): API keys name tenants, shared fairly under load, prefix caches isolated (see docs/overload.md)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles at /debug/pprof/ (admin access required)")
 	fs.IntVar(&c.EjectAfter, "eject-after", 2, "consecutive connect failures that eject a worker from routing until a health probe answers (one timeout ejects at once)")
 	fs.Func("worker-networks", "CIDR,...: refuse workers whose URL or kvxfer address is outside these networks (they show in /health as refused)", func(s string) error {
@@ -162,6 +166,13 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 	if err := checkListenAddr("--http-addr", c.HTTPAddr); err != nil {
 		return err
 	}
+	if c.TenantsFile != "" {
+		ts, err := admit.LoadTenants(c.TenantsFile)
+		if err != nil {
+			return fmt.Errorf("--tenants: %w", err)
+		}
+		c.Tenants = ts
+	}
 	if _, err := router.New(router.Config{Policy: c.Policy, Alpha: c.Alpha}); err != nil {
 		if c.Alpha < 0 {
 			return fmt.Errorf("--router-alpha %v must not be negative", c.Alpha)
@@ -184,6 +195,8 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 		return fmt.Errorf("--max-connections %d must be positive", c.MaxConnections)
 	case c.MaxInflight < 0 || c.MaxInflightPerWorker < 0:
 		return fmt.Errorf("--max-inflight and --max-inflight-per-worker must be 0 (no limit) or positive")
+	case c.MaxQueue <= 0 || c.QueueTimeout <= 0:
+		return fmt.Errorf("--max-queue %d and --queue-timeout %v must be positive", c.MaxQueue, c.QueueTimeout)
 	case c.EjectAfter <= 0:
 		return fmt.Errorf("--eject-after %d must be positive", c.EjectAfter)
 	case c.MaxBodyBytes <= 0:

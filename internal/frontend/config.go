@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/admit"
 )
 
 // Disaggregation modes.
@@ -63,6 +65,13 @@ type Config struct {
 	// request is counted, so a burst may overshoot it by a few.
 	MaxInflight          int
 	MaxInflightPerWorker int
+	// Admission: when every candidate worker is at MaxInflightPerWorker a
+	// request queues (see package admit), up to MaxQueue requests
+	// (default 1024) for QueueTimeout at most (default 30 s). Tenants,
+	// if set, name each request's tenant by its API key (see tenantOf).
+	MaxQueue     int
+	QueueTimeout time.Duration
+	Tenants      *admit.Tenants
 	// Pprof serves net/http/pprof under /debug/pprof/, behind the admin key.
 	Pprof bool
 

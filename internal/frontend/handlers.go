@@ -110,7 +110,8 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			}
 			s.m.requests.WithLabelValues(ep.name, strconv.Itoa(code)).Inc()
 		}()
-		if !s.apiAuthorized(r) {
+		tenant, ok := s.tenantOf(r)
+		if !ok {
 			s.fail(w, &apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
 				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
 			return
@@ -122,6 +123,9 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			return
 		}
 		pr, aerr := s.readRequest(w, r, ep)
+		if aerr == nil {
+			aerr = s.applyTenant(pr, tenant)
+		}
 		if aerr != nil {
 			s.fail(w, aerr)
 			return
@@ -142,6 +146,18 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			// and gate decisions are keyed by it. Keep the client's id first
 			// for correlation and make it unique.
 			reqID += "." + s.newRequestID()
+		}
+		if pin == "" {
+			tk, aerr := s.admitRequest(r.Context(), w, r, pr, tenant)
+			if aerr != nil {
+				if aerr.kind == errKindClientCanceled {
+					s.m.errors.WithLabelValues(aerr.kind).Inc()
+				} else {
+					s.fail(w, aerr)
+				}
+				return
+			}
+			defer tk.Release()
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()

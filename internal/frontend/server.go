@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/switchyard-llm/switchyard/internal/admit"
 	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/prom"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
@@ -79,6 +80,7 @@ type Server struct {
 	// known holds every model name a worker has served (values are
 	// modelRoute), so a model whose workers all left is 503, not 404.
 	known sync.Map
+	adm *admit.Controller // admission and the fair queue
 
 	conns  atomic.Int64 // open client connections, through Listener
 	active atomic.Int64 // completion requests being served, for MaxInflight
@@ -111,6 +113,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
+	if s.adm, err = admit.New(admit.Config{Capacity: s.capacity, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout,
+		Tenants: cfg.Tenants, Registry: cfg.Registry}); err != nil {
+		return nil, fmt.Errorf("frontend: %w", err)
+	}
 	open := prom.GaugeFunc("switchyard_client_connections",
 		"Client connections open through the frontend's listener.", func() float64 { return float64(s.conns.Load()) })
 	if err := prom.Register(cfg.Registry, "frontend", open); err != nil {

@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// TestMaxInflightSheds: a request beyond --max-inflight, global or per
-// worker, gets 429 with Retry-After at once, counted by scope.
+// TestMaxInflightSheds: a request beyond --max-inflight, or a sheddable
+// one when every worker is at --max-inflight-per-worker, gets 429 with
+// Retry-After at once, counted by scope.
 func TestMaxInflightSheds(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -20,7 +21,7 @@ func TestMaxInflightSheds(t *testing.T) {
 		scope string
 	}{
 		{"global", Config{MaxInflight: 1}, "global"},
-		{"per worker", Config{MaxInflightPerWorker: 1}, "worker"},
+		{"per worker", Config{MaxInflightPerWorker: 1}, "admission"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -41,7 +42,7 @@ func TestMaxInflightSheds(t *testing.T) {
 			}()
 			waitFor(t, "first request in flight", func() bool { return h.s.inflightCounter("w-a").Load() == 1 })
 			start := time.Now()
-			resp, got := h.do(t, "POST", "/v1/completions", body)
+			resp, got := h.do(t, "POST", "/v1/completions", body, HeaderPriority, "sheddable")
 			if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
 				t.Errorf("second request: status %d Retry-After %q, want 429 with Retry-After 1: %s", resp.StatusCode, resp.Header.Get("Retry-After"), got)
 			}

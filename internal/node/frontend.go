@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/switchyard-llm/switchyard/internal/admit"
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/enginetok"
 	"github.com/switchyard-llm/switchyard/internal/frontend"
@@ -82,7 +83,12 @@ type FrontendConfig struct {
 	MaxConnections       int
 	MaxInflight          int
 	MaxInflightPerWorker int
-	Pprof                bool // /debug/pprof/ behind the admin key
+	// Admission (see frontend.Config): the queue's bounds and the tenants.
+	MaxQueue     int
+	QueueTimeout time.Duration
+	TenantsFile  string         // --tenants, loaded into Tenants by the cli
+	Tenants      *admit.Tenants // nil: one default tenant
+	Pprof        bool           // /debug/pprof/ behind the admin key
 
 	SilenceAfter time.Duration // KV events; 0: the kvevents default
 
@@ -309,6 +315,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
 		EjectAfter: cfg.EjectAfter, ClientReadTimeout: cfg.ClientReadTimeout, ClientStallTimeout: cfg.ClientStallTimeout,
 		MaxConnections: cfg.MaxConnections, MaxInflight: cfg.MaxInflight, MaxInflightPerWorker: cfg.MaxInflightPerWorker,
+		MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout, Tenants: cfg.Tenants,
 		Pprof:      cfg.Pprof,
 		DisaggMode: string(mode), SettingsChanged: settingsChanged, Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
