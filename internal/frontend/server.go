@@ -80,7 +80,7 @@ type Server struct {
 	// known holds every model name a worker has served (values are
 	// modelRoute), so a model whose workers all left is 503, not 404.
 	known sync.Map
-	adm *admit.Controller // admission and the fair queue
+	adm   *admit.Controller // admission and the fair queue
 
 	conns  atomic.Int64 // open client connections, through Listener
 	active atomic.Int64 // completion requests being served, for MaxInflight
