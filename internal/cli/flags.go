@@ -233,6 +233,8 @@ func checkEngineConfig(c sim.Config) error {
 	switch {
 	case c.TP < 0 || c.TP&(c.TP-1) != 0 || c.TP > 8:
 		return fmt.Errorf("--tp %d: want 1, 2, 4 or 8 (0 picks the smallest that fits)", c.TP)
+	case c.MaxLoRAs < 0 || c.LoRASwap < 0:
+		return fmt.Errorf("--max-loras %d and --lora-swap %v: want at least 1 and not negative", c.MaxLoRAs, c.LoRASwap)
 	case c.BlockSize < 1 || c.BlockSize > 1024:
 		return fmt.Errorf("--block-size %d: want 1..1024 (16 is the engines' default)", c.BlockSize)
 	case c.KVBlocks < 0:

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +33,9 @@ type upCmd struct {
 	tls            kvxfer.TLSFiles
 	natsAddr       string
 	workers        int
+	split          []int        // workers per model, in models' order
+	models         []string     // the --model list: one, or a fleet
+	adapters       adaptersFlag // name=base: the adapter on every worker of base
 	prefillWorkers int
 	eventsOff      int
 	linkRate       string
@@ -44,13 +49,17 @@ type upCmd struct {
 
 func parseUpFlags(args []string, env Env) (upCmd, int) {
 	var u upCmd
+	u.workers = 2
 	fs := newFlagSet("up", "Runs a whole cluster in one process: an embedded NATS server, the frontend with the KV router\nand disaggregation gate, and simulated workers registered over the bus.")
 	fs.StringVar(&u.frontend.HTTPAddr, "http-addr", "127.0.0.1:8000", "frontend HTTP listen address")
-	fs.IntVar(&u.workers, "workers", 2, "simulated workers (decode role when --prefill-workers > 0, else aggregated)")
+	fs.Var(&workerSplit{n: &u.workers, split: &u.split}, "workers", "simulated workers (decode role when --prefill-workers > 0, else aggregated); with several --model, split evenly, or one count per model: 3,1 (default 2)")
 	fs.IntVar(&u.prefillWorkers, "prefill-workers", 0, "simulated prefill-role workers (disaggregated serving)")
 	fs.IntVar(&u.eventsOff, "kv-events-off", 0, "start the last N workers with KV events disabled (to see the health check)")
 	fs.StringVar(&u.linkRate, "link-rate", "", "emulate the prefill → decode link at this rate, e.g. 1gbit or 10gbit (in-process token bucket)")
 	engineFlags(fs, &u.engine)
+	fs.Var(&u.adapters, "lora-modules", "LoRA adapters, name=base, comma-separated: each is served by every worker of its base model")
+	fs.IntVar(&u.engine.MaxLoRAs, "max-loras", 1, "LoRA adapters in a worker's GPU memory at once; a request for another waits for a slot and pays --lora-swap")
+	fs.DurationVar(&u.engine.LoRASwap, "lora-swap", 50*time.Millisecond, "simulated time to load a LoRA adapter into a slot")
 	frontendFlags(fs, &u.frontend)
 	tokenizerFlag(fs, &u.tokenizer)
 	u.bus.add(fs, "NATS URL (empty: embedded server on --nats-addr)")
@@ -82,6 +91,28 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	if u.workers < 1 {
 		return bad("--workers %d: need at least one", u.workers)
 	}
+	u.models = strings.Split(u.engine.Model, ",")
+	if len(u.split) == 0 {
+		u.split = evenSplit(u.workers, len(u.models))
+	}
+	if len(u.split) != len(u.models) || slices.Contains(u.split, 0) {
+		return bad("--workers %s for %d models (--model %s): give one count per model, each at least 1, or a total of at least %d", (&workerSplit{n: &u.workers, split: &u.split}).String(), len(u.models), u.engine.Model, len(u.models))
+	}
+	for i, m := range u.models {
+		if slices.Index(u.models, m) != i {
+			return bad("--model %s lists %q twice", u.engine.Model, m)
+		}
+		c := u.engine
+		c.Model = m
+		if err := checkEngineConfig(c); err != nil {
+			return bad("%v", err)
+		}
+	}
+	for _, a := range u.adapters {
+		if !slices.Contains(u.models, a.Root) {
+			return bad("--lora-modules %s=%s: the base must be one of --model %s", a.Name, a.Root, u.engine.Model)
+		}
+	}
 	if u.prefillWorkers < 0 {
 		return bad("--prefill-workers %d is negative", u.prefillWorkers)
 	}
@@ -95,9 +126,6 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 		return bad("%v", err)
 	}
 	if err := checkListenAddr("--nats-addr", u.natsAddr); err != nil {
-		return bad("%v", err)
-	}
-	if err := checkEngineConfig(u.engine); err != nil {
 		return bad("%v", err)
 	}
 	if err := u.bus.check(); err != nil {
@@ -180,6 +208,9 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	}
 	fcfg.NC, fcfg.Subjects, fcfg.RegistryTTL, fcfg.Logger = nc, subj, u.bus.registryTTL, log
 	fcfg.Model, fcfg.BlockSize = u.engine.Model, u.engine.BlockSize
+	if len(u.models) > 1 {
+		fcfg.Model = "" // a fleet: the frontend serves every model its workers register
+	}
 	if rate > 0 {
 		fcfg.LinkLabel = rate.String()
 	}
@@ -201,17 +232,25 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	if u.prefillWorkers > 0 {
 		role = bus.RoleDecode
 	}
-	type spec struct{ id, role string }
+	type spec struct{ id, role, model string }
 	var specs []spec
-	for i := 1; i <= u.prefillWorkers; i++ {
-		specs = append(specs, spec{fmt.Sprintf("prefill-%d", i), bus.RolePrefill})
-	}
-	for i := 1; i <= u.workers; i++ {
-		name := "worker"
-		if role == bus.RoleDecode {
-			name = "decode"
+	n := 0
+	for m, k := range evenSplit(u.prefillWorkers, len(u.models)) {
+		for range k {
+			n++
+			specs = append(specs, spec{fmt.Sprintf("prefill-%d", n), bus.RolePrefill, u.models[m]})
 		}
-		specs = append(specs, spec{fmt.Sprintf("%s-%d", name, i), role})
+	}
+	n = 0
+	for m, k := range u.split {
+		for range k {
+			n++
+			name := "worker"
+			if role == bus.RoleDecode {
+				name = "decode"
+			}
+			specs = append(specs, spec{fmt.Sprintf("%s-%d", name, n), role, u.models[m]})
+		}
 	}
 	fmt.Fprintf(env.Stderr, "starting %d workers (%s on %s)...\n", len(specs), u.engine.Model, u.engine.GPU)
 	var workers []*node.Worker
@@ -234,7 +273,12 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	for i, s := range specs {
 		wc := wtmpl
 		wc.Sim = u.engine
-		wc.Sim.ID, wc.Sim.Role = s.id, s.role
+		wc.Sim.ID, wc.Sim.Role, wc.Sim.Model = s.id, s.role, s.model
+		for _, a := range u.adapters {
+			if a.Root == s.model {
+				wc.Sim.Adapters = append(wc.Sim.Adapters, bus.Adapter{Name: a.Name, Root: "adapters/" + a.Name})
+			}
+		}
 		wc.HTTPAddr = "127.0.0.1:0"
 		// Each worker has its own connection and login, so the server
 		// holds it to its own id as it would a worker on another host.
@@ -299,6 +343,12 @@ func runUp(ctx context.Context, args []string, env Env) int {
 			}
 		}
 		note = tiers + note
+		if len(u.models) > 1 {
+			note += "  model " + in.Model
+		}
+		for _, a := range in.Adapters {
+			note += "  lora " + a.Name
+		}
 		lines = append(lines, fmt.Sprintf("  %-10s %-10s %s  %d KV blocks%s", in.ID, in.Role, in.HTTPURL, in.KVBlocks, note))
 	}
 	xfer := ""
@@ -315,7 +365,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 	}
 	fmt.Fprintf(env.Stdout, "Switchyard is ready: %s\n", fe.URL())
 	fmt.Fprintf(env.Stdout, "Try:\n  curl -s %s/v1/chat/completions%s -H 'Content-Type: application/json' -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"max_tokens\":16}'\n",
-		fe.URL(), auth, fcfg.Model)
+		fe.URL(), auth, u.models[0])
 	fmt.Fprintln(env.Stderr, "Press Ctrl-C to stop.")
 	<-ctx.Done()
 	fmt.Fprintln(env.Stderr, "stopping...")
@@ -366,4 +416,52 @@ func randomKey() (string, error) {
 		return "", fmt.Errorf("generate a key: %w", err)
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// workerSplit is --workers: a total, or one count per model ("3,1").
+type workerSplit struct {
+	n     *int
+	split *[]int
+}
+
+func (w *workerSplit) String() string {
+	if w.n == nil {
+		return ""
+	}
+	if len(*w.split) > 0 {
+		var parts []string
+		for _, k := range *w.split {
+			parts = append(parts, strconv.Itoa(k))
+		}
+		return strings.Join(parts, ",")
+	}
+	return strconv.Itoa(*w.n)
+}
+
+func (w *workerSplit) Set(s string) error {
+	*w.split, *w.n = nil, 0
+	parts := strings.Split(s, ",")
+	for _, p := range parts {
+		k, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return fmt.Errorf("%q: want a count, or one per model: 3,1", s)
+		}
+		*w.n += k
+		if len(parts) > 1 {
+			*w.split = append(*w.split, k)
+		}
+	}
+	return nil
+}
+
+// evenSplit shares n workers among k models, the remainder to the first.
+func evenSplit(n, k int) []int {
+	out := make([]int, k)
+	for i := range out {
+		out[i] = n / k
+		if i < n%k {
+			out[i]++
+		}
+	}
+	return out
 }

@@ -49,6 +49,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.StringVar(&f.node.Sim.ID, "id", "sim-0", "worker id (unique in the deployment)")
 	fs.StringVar(&f.node.Sim.Role, "role", "aggregated", "aggregated, prefill or decode")
 	engineFlags(fs, &f.node.Sim)
+	fleetFlags(fs, &f.node.Sim)
 	tokenizerFlag(fs, &f.tokenizer)
 	f.bus.add(fs, "NATS URL to register and publish KV events on (empty: standalone, no registration)")
 	f.bus.login.add(fs, false)

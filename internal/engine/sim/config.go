@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
@@ -64,6 +65,21 @@ type Config struct {
 	// KVDiskGiB adds a disk tier below host memory (needs KVOffloadGiB).
 	KVDiskGiB float64
 
+	// ServedNames are the names the model is served under, as vLLM's
+	// --served-model-name: the first is registered as the worker's model,
+	// the rest as its aliases. Empty: Model.
+	ServedNames []string
+	// Adapters are the LoRA adapters served on top of the model (vLLM's
+	// --lora-modules). A request names one as its model; its KV blocks
+	// are cached apart from the base model's (kvindex.LoRASalt).
+	Adapters []bus.Adapter
+	// MaxLoRAs is how many adapters fit in GPU memory at once (vLLM's
+	// --max-loras); default 1, as vLLM's.
+	MaxLoRAs int
+	// LoRASwap is the simulated time to load an adapter into a slot;
+	// default 50 ms.
+	LoRASwap time.Duration
+
 	Publisher  EventPublisher // KV events; nil drops them
 	Leaser     Leaser         // prefill role: pins blocks for remote decode
 	Puller     Puller         // decode role: fetches remote prefills
@@ -90,6 +106,12 @@ func (c Config) withDefaults() Config {
 		c.GPU = "rtx-4060"
 	}
 	def(&c.BlockSize, 16)
+	def(&c.MaxLoRAs, 1)
+	if c.LoRASwap == 0 {
+		// A rank-16 adapter of a small model is tens of MB: tens of ms
+		// from host memory over PCIe, as vLLM's LRU cache loads it.
+		c.LoRASwap = 50 * time.Millisecond
+	}
 	def(&c.MaxNumBatchedTokens, 8192)
 	def(&c.MaxNumSeqs, 256)
 	if c.GPUMemoryUtilization == 0 {
@@ -143,6 +165,25 @@ func (c Config) validate() error {
 	}
 	if c.KVDiskGiB > 0 && c.KVOffloadGiB == 0 {
 		errs = append(errs, fmt.Errorf("a disk tier (%g GiB) needs a host-memory tier above it: set --kv-offload-gib too", c.KVDiskGiB))
+	}
+	names := map[string]bool{}
+	for _, n := range c.ServedNames {
+		if n == "" || names[n] {
+			errs = append(errs, fmt.Errorf("served model name %q is empty or given twice", n))
+		}
+		names[n] = true
+	}
+	if len(c.ServedNames) == 0 {
+		names[c.Model] = true
+	}
+	for _, a := range c.Adapters {
+		if a.Name == "" || names[a.Name] {
+			errs = append(errs, fmt.Errorf("lora adapter %q is empty, given twice or also a served model name", a.Name))
+		}
+		names[a.Name] = true
+	}
+	if c.MaxLoRAs < 1 || c.LoRASwap < 0 {
+		errs = append(errs, fmt.Errorf("max loras %d must be at least 1 and lora swap %v not negative", c.MaxLoRAs, c.LoRASwap))
 	}
 	if c.Speedup <= 0 {
 		errs = append(errs, fmt.Errorf("speedup %g must be positive", c.Speedup))

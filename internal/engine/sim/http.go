@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,10 +71,21 @@ func (w *Worker) Handler() http.Handler {
 	return openai.Mux(mux)
 }
 
+// serveModels lists what vLLM would: each served name, then each LoRA
+// adapter with its base as parent and its path as root.
 func (w *Worker) serveModels(rw http.ResponseWriter, _ *http.Request) {
-	openai.WriteJSON(rw, openai.ModelList{Object: "list", Data: []openai.Model{{
-		ID: w.cfg.Model, Object: "model", Created: w.startWall.Unix(), OwnedBy: "switchyard", MaxModelLen: w.maxLen,
-	}}})
+	base := w.servedName()
+	model := func(id, root string, parent *string) openai.Model {
+		return openai.Model{ID: id, Object: "model", Created: w.startWall.Unix(), OwnedBy: "switchyard", MaxModelLen: w.maxLen, Root: root, Parent: parent}
+	}
+	data := []openai.Model{model(base, w.cfg.Model, nil)}
+	for _, a := range w.aliases() {
+		data = append(data, model(a, w.cfg.Model, nil))
+	}
+	for _, a := range w.cfg.Adapters {
+		data = append(data, model(a.Name, cmp.Or(a.Root, a.Name), &base))
+	}
+	openai.WriteJSON(rw, openai.ModelList{Object: "list", Data: data})
 }
 
 // apiError is an OpenAI-shaped error on its way to the client.
@@ -134,14 +146,20 @@ type genRequest struct {
 	n          int // choices
 	remoteDec  bool
 	remotePref bool
+	adapter    string // the LoRA adapter named as the model; "" for the base model
+	salt       string // roots the prompt's block chain: cache_salt, and the adapter's name
 }
 
 // validate checks a decoded request against this worker.
 func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest, *apiError) {
-	if req.Model != "" && req.Model != w.cfg.Model {
-		return nil, &apiError{http.StatusNotFound, openai.TypeNotFound, "model", fmt.Sprintf("model %q does not exist; this worker serves %q", req.Model, w.cfg.Model)}
+	adapter, ok := w.resolveModel(req.Model)
+	if !ok {
+		return nil, &apiError{http.StatusNotFound, openai.TypeNotFound, "model", fmt.Sprintf("model %q does not exist; this worker serves %q", req.Model, w.servedName())}
 	}
-	g := &genRequest{req: req}
+	g := &genRequest{req: req, adapter: adapter, salt: req.CacheSalt}
+	if adapter != "" {
+		g.salt = kvindex.LoRASalt(adapter, req.CacheSalt)
+	}
 	if chat {
 		if len(req.Messages) == 0 {
 			return nil, badRequest("messages", "messages must be a non-empty array")
@@ -305,10 +323,16 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		rw.Header().Set(HeaderKVPulledBytes, strconv.FormatInt(n, 10))
 		rw.Header().Set(HeaderKVPullMS, msString(d))
 	}
+	if g.adapter != "" && w.loras != nil {
+		if _, err := w.loras.acquire(ctx, g.adapter); err != nil {
+			return // the client left while the request waited for an adapter slot
+		}
+		defer w.loras.release(g.adapter)
+	}
 	choices := make([]*choice, g.n)
 	for i := range choices {
 		c := &choice{}
-		r := Request{ID: reqID, Tokens: g.tokens, Salt: req.CacheSalt, MaxTokens: g.maxTokens, MinTokens: deref(req.MinTokens),
+		r := Request{ID: reqID, Tokens: g.tokens, Salt: g.salt, MaxTokens: g.maxTokens, MinTokens: deref(req.MinTokens),
 			IgnoreEOS: req.IgnoreEOS, Seed: req.Seed, Pin: g.remoteDec, Choice: i, QueuedAt: queuedAt}
 		if i > 0 {
 			r.ID = fmt.Sprintf("%s.%d", reqID, i)
@@ -387,7 +411,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 				FinishReason: openai.StringPtr(results[i].FinishReason)}
 		}
 		openai.WriteJSON(rw, openai.ChatResponse{
-			ID: "chatcmpl-" + reqID, Object: "chat.completion", Created: created, Model: w.cfg.Model,
+			ID: "chatcmpl-" + reqID, Object: "chat.completion", Created: created, Model: cmp.Or(req.Model, w.servedName()),
 			Choices: out, Usage: usage, KVTransferParams: kvp,
 		})
 		return
@@ -397,7 +421,7 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		out[i] = openai.CompletionChoice{Index: i, Text: string(c.final()), FinishReason: openai.StringPtr(results[i].FinishReason)}
 	}
 	openai.WriteJSON(rw, openai.CompletionResponse{
-		ID: "cmpl-" + reqID, Object: "text_completion", Created: created, Model: w.cfg.Model,
+		ID: "cmpl-" + reqID, Object: "text_completion", Created: created, Model: cmp.Or(req.Model, w.servedName()),
 		Choices: out, Usage: usage, KVTransferParams: kvp,
 	})
 }
@@ -435,13 +459,13 @@ func (w *Worker) lease(reqID string, p *PinnedSet) (map[string]any, *apiError) {
 // returns the payload bytes of the blocks received and verified, and how
 // long the pull took.
 func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) (int64, time.Duration) {
-	chain := kvindex.HashChain(nil, g.req.CacheSalt, g.tokens, w.bs)
+	chain := kvindex.HashChain(nil, g.salt, g.tokens, w.bs)
 	// Pull only what is not cached here already: the gate predicted the
 	// transfer of the uncached tokens, and moving the rest would waste the
 	// link. A block evicted before scheduling is simply recomputed.
 	have := w.CachedPrefix(chain)
 	want := chain[have:]
-	parent := kvindex.Root(g.req.CacheSalt)
+	parent := kvindex.Root(g.salt)
 	if have > 0 {
 		parent = chain[have-1]
 	}
@@ -486,7 +510,7 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*
 			if role == "" && finish == nil {
 				d.Content = &text
 			}
-			return sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: w.cfg.Model,
+			return sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: cmp.Or(req.Model, w.servedName()),
 				Choices: []openai.ChatChunkChoice{{Index: index, Delta: d, FinishReason: finish}}})
 		}
 		return sse.Event(struct {
@@ -496,7 +520,7 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*
 			Model   string                    `json:"model"`
 			Choices []openai.CompletionChoice `json:"choices"`
 			Usage   *openai.Usage             `json:"usage"`
-		}{id, "text_completion", created, w.cfg.Model, []openai.CompletionChoice{{Index: index, Text: text, FinishReason: finish}}, nil})
+		}{id, "text_completion", created, cmp.Or(req.Model, w.servedName()), []openai.CompletionChoice{{Index: index, Text: text, FinishReason: finish}}, nil})
 	}
 	if chat {
 		for i := range choices {
@@ -540,9 +564,9 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*
 		u := w.usageOf(results)
 		var err error
 		if chat {
-			err = sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: w.cfg.Model, Choices: []openai.ChatChunkChoice{}, Usage: u})
+			err = sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: cmp.Or(req.Model, w.servedName()), Choices: []openai.ChatChunkChoice{}, Usage: u})
 		} else {
-			err = sse.Event(openai.CompletionResponse{ID: id, Object: "text_completion", Created: created, Model: w.cfg.Model, Choices: []openai.CompletionChoice{}, Usage: u})
+			err = sse.Event(openai.CompletionResponse{ID: id, Object: "text_completion", Created: created, Model: cmp.Or(req.Model, w.servedName()), Choices: []openai.CompletionChoice{}, Usage: u})
 		}
 		if err != nil {
 			return

@@ -26,8 +26,8 @@ func (w *Worker) serveTokenize(rw http.ResponseWriter, r *http.Request) {
 		openai.WriteError(rw, http.StatusBadRequest, openai.TypeInvalidRequest, "", "tokenize wants {\"prompt\": text} or {\"messages\": [...]}: "+err.Error())
 		return
 	}
-	if req.Model != "" && req.Model != w.cfg.Model {
-		openai.WriteError(rw, http.StatusNotFound, openai.TypeNotFound, "model", "model "+req.Model+" does not exist; this worker serves "+w.cfg.Model)
+	if _, ok := w.resolveModel(req.Model); !ok {
+		openai.WriteError(rw, http.StatusNotFound, openai.TypeNotFound, "model", "model "+req.Model+" does not exist; this worker serves "+w.servedName())
 		return
 	}
 	toks, err := tokenizer.Tokenize(w.tok, &req)

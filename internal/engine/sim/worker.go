@@ -2,7 +2,10 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
@@ -15,6 +18,7 @@ type Worker struct {
 	*Engine
 	tok   tokenizer.Model
 	reqID atomic.Uint64
+	loras *loraSlots // nil without adapters
 }
 
 // NewWorker validates cfg, sizes the KV cache and builds the worker. It
@@ -41,7 +45,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	e.metrics = newMetrics(e)
-	return &Worker{Engine: e, tok: tok}, nil
+	w := &Worker{Engine: e, tok: tok}
+	if len(cfg.Adapters) > 0 {
+		w.loras = newLoRASlots(cfg.MaxLoRAs, cfg.LoRASwap, cfg.Speedup)
+		e.metrics.reg.MustRegister(newLoRAInfoCollector(w.loras, prometheus.Labels{"model_name": cfg.Model, "engine": cfg.ID}))
+	}
+	return w, nil
 }
 
 // Config returns the worker's configuration with defaults filled in and the
@@ -54,7 +63,9 @@ func (w *Worker) Info() bus.WorkerInfo {
 	return bus.WorkerInfo{
 		ID:              w.cfg.ID,
 		Role:            w.cfg.Role,
-		Model:           w.cfg.Model,
+		Model:           w.servedName(),
+		Aliases:         w.aliases(),
+		Adapters:        slices.Clone(w.cfg.Adapters),
 		KVXferAddr:      w.cfg.KVXferAddr,
 		BlockSize:       w.bs,
 		KVBytesPerToken: w.model.KVBytesPerToken(),
@@ -62,4 +73,31 @@ func (w *Worker) Info() bus.WorkerInfo {
 		MaxModelLen:     w.maxLen,
 		Profile:         w.profile,
 	}
+}
+
+// servedName is the name the worker registers its model under.
+func (w *Worker) servedName() string {
+	if len(w.cfg.ServedNames) > 0 {
+		return w.cfg.ServedNames[0]
+	}
+	return w.cfg.Model
+}
+
+func (w *Worker) aliases() []string {
+	if len(w.cfg.ServedNames) < 2 {
+		return nil
+	}
+	return slices.Clone(w.cfg.ServedNames[1:])
+}
+
+// resolveModel says whether the worker serves name and, when name is a LoRA
+// adapter, which (for a base model or alias, "").
+func (w *Worker) resolveModel(name string) (adapter string, ok bool) {
+	if name == "" || name == w.servedName() || slices.Contains(w.aliases(), name) {
+		return "", true
+	}
+	if slices.ContainsFunc(w.cfg.Adapters, func(a bus.Adapter) bool { return a.Name == name }) {
+		return name, true
+	}
+	return "", false
 }
