@@ -69,10 +69,11 @@ type Config struct {
 	NC          *nats.Conn
 	Subjects    bus.Subjects
 	RegistryTTL time.Duration
-	// RegistryNoCreate: open the registry bucket, never create it (see
-	// bus.RegistryConfig.NoCreate); set when the bridge logs in as its
-	// worker on a server that holds workers to their permissions.
-	RegistryNoCreate bool
+	// RegistryViaFrontend: register through a frontend, never touching
+	// JetStream (see bus.RegistryConfig.ViaFrontend); set when the bridge
+	// logs in as its worker on a server that holds workers to their
+	// permissions.
+	RegistryViaFrontend bool
 
 	// KVXferAddr, for the prefill role, is where the bridge serves a
 	// kvxfer endpoint and registers it, so the frontend can measure the
@@ -334,7 +335,7 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 	if b.prob != nil {
 		ready = b.prob.SetRegistry // probes dial only registered prefill workers' kvxfer addresses
 	}
-	g, err := bus.Join(ctx, runCtx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate}, b.info, ready)
+	g, err := bus.Join(ctx, runCtx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, ViaFrontend: cfg.RegistryViaFrontend}, b.info, ready)
 	if err != nil {
 		b.Close()
 		return nil, fmt.Errorf("bridge: register %s: %w", cfg.ID, err)

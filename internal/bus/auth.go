@@ -42,33 +42,26 @@ func Password(secret []byte, user string) string {
 func WorkerInboxPrefix(id string) string { return "_INBOX_" + id }
 
 // WorkerPermissions is what worker id may do in subj's deployment: publish
-// its own KV events, load and transfer reports and registry key; answer
-// snapshot requests sent to it; read registry entries one at a time (a
-// decode worker vets kvxfer addresses against them), with replies to its own
-// inboxes. It may not publish for another worker, create, delete or purge
-// the registry, create consumers, or read other workers' events.
+// its own KV events, load and transfer reports; send registry requests on
+// its own registrar subject (a frontend's Registrar does the JetStream
+// work); answer snapshot requests sent to it; and read replies on its own
+// inboxes. Nothing else: no JetStream API at all, since JetStream answers on
+// whatever reply subject a request names and its streams store whatever
+// lands on their subjects (see registrar.go), so any API a worker could
+// call would let it publish, through the server, where it may not.
 func WorkerPermissions(subj Subjects, id string) *server.Permissions {
-	bucket := subj.WorkersBucket()
-	stream := "KV_" + bucket
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			subj.KVEvents(id), subj.Load(id), subj.Transfers(id),
-			"$KV." + bucket + "." + id,
-			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO." + stream,
-			// Reading one entry (a decode worker vets a kvxfer address).
-			"$JS.API.DIRECT.GET." + stream + ".>",
-			"$JS.API.STREAM.MSG.GET." + stream,
-			// No stream creation and no consumers: a consumer's deliver
-			// subject, or a stream's republish, is published by the server
-			// itself, so either would let a worker put its own registry
-			// value onto another worker's load or event subject.
+			subj.KVEvents(id), subj.Load(id), subj.Transfers(id), subj.Registrar(id),
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			subj.Snapshot(id),
 			WorkerInboxPrefix(id) + ".>",
 		}},
-		// Snapshot replies go to the requester's inbox.
+		// Snapshot replies go to the requester's inbox. Only frontends
+		// can send a worker a message with a reply subject: every subject
+		// a worker receives on is its own, and nothing it can publish to
+		// answers it with one.
 		Response: &server.ResponsePermission{MaxMsgs: 1},
 	}
 }

@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"strings"
@@ -80,8 +81,10 @@ func TestEmbeddedAuthRefusesAnonymous(t *testing.T) {
 }
 
 // TestWorkerPermissions checks a worker can do everything it needs under
-// its own id (register, publish events, load and transfers, answer
-// snapshots, watch the registry) and nothing under another's.
+// its own id (register and read entries through the frontend, publish
+// events, load and transfers, answer snapshots) and nothing under
+// another's, not even by having a server or frontend answer a request on a
+// reply subject it chose.
 func TestWorkerPermissions(t *testing.T) {
 	subj := Subjects{Namespace: "t"}
 	e := startAuthServer(t, subj)
@@ -99,10 +102,15 @@ func TestWorkerPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Close()
+	registrar, err := freg.StartRegistrar()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer registrar.Subscription().Unsubscribe()
 
 	var mu sync.Mutex
 	got := map[string]int{}
-	sub, err := front.Subscribe("sy.t.>", func(m *nats.Msg) { mu.Lock(); got[m.Subject]++; mu.Unlock() })
+	sub, err := front.Subscribe(">", func(m *nats.Msg) { mu.Lock(); got[m.Subject]++; mu.Unlock() })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,9 +118,12 @@ func TestWorkerPermissions(t *testing.T) {
 	front.Flush()
 
 	w1 := connectWorker(t, e.ClientURL(), "w1")
-	reg, err := OpenRegistry(ctx, RegistryConfig{NC: w1, Subjects: subj, TTL: 3 * time.Second, NoCreate: true})
+	reg, err := OpenRegistry(ctx, RegistryConfig{NC: w1, Subjects: subj, ViaFrontend: true, WorkerID: "w1"})
 	if err != nil {
 		t.Fatalf("worker opens the registry: %v", err)
+	}
+	if reg.TTL() != 3*time.Second {
+		t.Errorf("worker's registry TTL = %v, want the bucket's 3s", reg.TTL())
 	}
 	g, err := reg.Register(ctx, testWorker("w1"))
 	if err != nil {
@@ -128,22 +139,49 @@ func TestWorkerPermissions(t *testing.T) {
 	if _, ok, err := reg.Get(ctx, "w9"); err != nil || ok {
 		t.Errorf("worker reads a missing entry: ok %v err %v", ok, err)
 	}
-	// It may not create streams or consumers: the server publishes a
-	// consumer's deliveries and a stream's republish itself, which would
-	// carry a worker's own registry value onto another worker's subjects.
+
+	// No JetStream API answers it, on any reply subject: a direct get
+	// aimed at the frontends' subject delivered w1's stored value there as
+	// if a frontend had sent it, and the stream stores whatever the server
+	// publishes onto its subjects (another worker's key).
 	stream := "KV_" + subj.WorkersBucket()
+	apis := []string{"$JS.API.DIRECT.GET." + stream + ".$KV." + subj.WorkersBucket() + ".w1", "$JS.API.DIRECT.GET." + stream,
+		"$JS.API.STREAM.MSG.GET." + stream, "$JS.API.STREAM.INFO." + stream, "$JS.API.INFO",
+		"$KV." + subj.WorkersBucket() + ".w1", "$JS.API.CONSUMER.CREATE." + stream, "$JS.API.STREAM.CREATE.evil",
+		"$JS.API.STREAM.PURGE." + stream, "$JS.API.STREAM.DELETE." + stream}
+	targets := []string{subj.Replicas(), subj.KVEvents("w2"), subj.Load("w2"), "$KV." + subj.WorkersBucket() + ".w2"}
+	for _, api := range apis {
+		for _, to := range targets {
+			w1.PublishRequest(api, to, []byte(`{"last_by_subj":"$KV.`+subj.WorkersBucket()+`.w1","seq":1}`))
+		}
+	}
 	var wg sync.WaitGroup
-	for _, s := range []string{"$JS.API.CONSUMER.CREATE." + stream, "$JS.API.CONSUMER.CREATE." + stream + ".c1.>",
-		"$JS.API.STREAM.CREATE.evil", "$JS.API.STREAM.CREATE." + stream, "$JS.API.STREAM.PURGE." + stream, "$JS.API.STREAM.DELETE." + stream} {
+	for _, api := range apis {
 		wg.Add(1)
 		go func() { // a refused publish is never answered: wait out the timeouts together
 			defer wg.Done()
-			if m, err := w1.Request(s, []byte(`{"config":{"deliver_subject":"sy.t.load.w2"}}`), 500*time.Millisecond); err == nil {
-				t.Errorf("w1 got an answer to %s: %s", s, m.Data)
+			if m, err := w1.Request(api, []byte(`{"last_by_subj":"$KV.`+subj.WorkersBucket()+`.w1"}`), 500*time.Millisecond); err == nil {
+				t.Errorf("w1 got an answer to %s: %s", api, m.Data)
 			}
 		}()
 	}
 	wg.Wait()
+
+	// The registrar answers only on the worker's own inbox and stores only
+	// the worker's own entry.
+	w1.PublishRequest(subj.Registrar("w1"), subj.Replicas(), []byte(`{"op":"get","id":"w1"}`))
+	raw, _ := json.Marshal(testWorker("w2"))
+	forged, _ := json.Marshal(registrarRequest{Op: opPut, Entry: raw})
+	if m, err := w1.Request(subj.Registrar("w1"), forged, 3*time.Second); err != nil || !strings.Contains(string(m.Data), "sent by worker w1") {
+		t.Errorf("w1 putting w2's entry on its own subject: %v, want a refusal", err)
+	}
+	// Registering another worker's id is refused by the server.
+	cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	_, err = reg.Register(cctx, testWorker("w2"))
+	cancel()
+	if err == nil {
+		t.Errorf("w1 registered as w2")
+	}
 
 	// Snapshot request/reply.
 	ssub, err := w1.Subscribe(subj.Snapshot("w1"), func(m *nats.Msg) { m.Respond([]byte("snap")) })
@@ -156,16 +194,8 @@ func TestWorkerPermissions(t *testing.T) {
 		t.Errorf("snapshot request to w1: %v", err)
 	}
 
-	// Registering another worker's id is refused by the server.
-	cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	_, err = reg.Register(cctx, testWorker("w2"))
-	cancel()
-	if err == nil {
-		t.Errorf("w1 registered as w2")
-	}
-
 	for _, s := range []string{subj.KVEvents("w1"), subj.Load("w1"), subj.Transfers("w1"),
-		subj.KVEvents("w2"), subj.Load("w2"), subj.Transfers("w2")} {
+		subj.KVEvents("w2"), subj.Load("w2"), subj.Transfers("w2"), subj.Replicas()} {
 		w1.Publish(s, []byte("x"))
 	}
 	w1.Flush()
@@ -182,13 +212,16 @@ func TestWorkerPermissions(t *testing.T) {
 			t.Errorf("w1's own %s: delivered %d times, want 1", s, got[s])
 		}
 	}
-	for _, s := range []string{subj.KVEvents("w2"), subj.Load("w2"), subj.Transfers("w2")} {
+	for _, s := range append(targets, subj.Transfers("w2")) {
 		if got[s] != 0 {
-			t.Errorf("w1 published as w2 on %s: delivered %d times, want 0", s, got[s])
+			t.Errorf("w1 published on %s, directly or by reflection: delivered %d times, want 0", s, got[s])
 		}
 	}
 	if _, ok := watch.Worker("w2"); ok {
 		t.Errorf("w2 appears in the registry")
+	}
+	if registrar.Refused() < 2 {
+		t.Errorf("registrar refused %d requests, want at least the aimed reply and the forged entry", registrar.Refused())
 	}
 
 	// A worker cannot read other workers' traffic.

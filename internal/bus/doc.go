@@ -5,8 +5,10 @@
 // names every subject and bucket under a namespace so deployments can share
 // one NATS (Subjects), keeps the worker registry in a JetStream key-value
 // bucket whose entries expire when a worker stops heartbeating (Registry,
-// Registration, Watcher; Join is a worker's open-and-register step), and carries load reports (PublishLoad,
-// RunLoadReporter, SubscribeLoad).
+// Registration, Watcher; Join is a worker's open-and-register step;
+// Registrar serves workers that may not touch JetStream), and carries load
+// reports (PublishLoad, RunLoadReporter, SubscribeLoad, which takes the
+// worker from the subject).
 //
 // Guarantees: a worker that stops refreshing its registry entry leaves every
 // Watcher's routable view within the registry TTL, whether or not the server
@@ -22,7 +24,9 @@
 // refuses anonymous clients. The frontend logs in as UserFrontend; worker id
 // as WorkerUser(id) with Password(secret, user), and is held to
 // WorkerPermissions: it may publish only under its own id and read replies
-// only on WorkerInboxPrefix(id). External servers get the same permissions
+// only on WorkerInboxPrefix(id), and has no JetStream API (it registers
+// through a frontend's Registrar; a RegistryConfig with ViaFrontend does
+// that). External servers get the same permissions
 // from their own configuration (the CLI's nats-config prints it); Connect
 // takes the login as extra options and fails at once on a refused login.
 // RedactURL hides credentials in any URL that is printed.

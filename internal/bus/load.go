@@ -141,7 +141,9 @@ func SubscribeLoad(nc *nats.Conn, subj Subjects, fn func(LoadReport)) (*LoadSubs
 	sub, err := nc.Subscribe(subj.LoadAll(), func(m *nats.Msg) {
 		id, _ := strings.CutPrefix(m.Subject, prefix)
 		var r LoadReport
-		if json.Unmarshal(m.Data, &r) != nil || r.WorkerID != id || ValidateName("worker id", id) != nil {
+		// Workers publish without headers; one with them is the server's
+		// answer to a request someone aimed here.
+		if len(m.Header) > 0 || json.Unmarshal(m.Data, &r) != nil || r.WorkerID != id || ValidateName("worker id", id) != nil {
 			s.rejected.Add(1)
 			return
 		}

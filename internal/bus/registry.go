@@ -37,16 +37,19 @@ type RegistryConfig struct {
 	// Replicas of the bucket in a JetStream cluster; 0 means 1.
 	Replicas int
 	Logger   *slog.Logger
-	// NoCreate opens the bucket only, never creating it, waiting up to
-	// BucketWait for it to appear. Workers set it: creating a stream is a
-	// frontend's right (a stream created by a worker could republish what
-	// it writes onto other workers' subjects), and WorkerPermissions do not
-	// grant it.
-	NoCreate bool
+	// ViaFrontend makes a worker's registry: it never touches JetStream,
+	// and registers, deregisters and reads entries through a frontend's
+	// Registrar, waiting up to BucketWait for one to answer. Workers that
+	// log in with their own credentials set it: WorkerPermissions grant no
+	// JetStream API (see registrar.go for why).
+	ViaFrontend bool
+	// WorkerID is the worker a ViaFrontend registry acts for: its reads go
+	// on that worker's registrar subject. Join sets it from the entry.
+	WorkerID string
 }
 
-// BucketWait is how long a NoCreate registry waits for the frontend to
-// create the bucket, at start and after a NATS restart lost it.
+// BucketWait is how long a ViaFrontend registry waits for a frontend to
+// answer at start.
 var BucketWait = 30 * time.Second
 
 // Registry is the worker registry: a JetStream key-value bucket, one key per
@@ -56,15 +59,17 @@ var BucketWait = 30 * time.Second
 // The bucket uses memory storage, so a NATS server restart loses it. A
 // Watcher recreates it whenever it re-establishes its watch (on every
 // reconnect); a Registration puts its entry again on reconnect and every
-// 250 ms while that fails, recreating the bucket itself unless NoCreate, in
-// which case it waits for a frontend's Watcher to.
+// 250 ms while that fails, recreating the bucket itself (through the
+// frontend, for a ViaFrontend registry).
 type Registry struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	kvCfg    jetstream.KeyValueConfig
-	noCreate bool
-	ttl      time.Duration
-	log      *slog.Logger
+	nc          *nats.Conn
+	subj        Subjects
+	js          jetstream.JetStream
+	kvCfg       jetstream.KeyValueConfig
+	viaFrontend bool
+	self        string // the ViaFrontend worker
+	ttl         time.Duration
+	log         *slog.Logger
 
 	mu sync.Mutex // guards kv
 	kv jetstream.KeyValue
@@ -89,6 +94,16 @@ func OpenRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.ViaFrontend {
+		if err := ValidateName("worker id", cfg.WorkerID); err != nil {
+			return nil, fmt.Errorf("bus: registry via the frontend: %w", err)
+		}
+		r := &Registry{nc: cfg.NC, subj: cfg.Subjects, viaFrontend: true, self: cfg.WorkerID, ttl: ttl, log: log}
+		if err := r.openViaFrontend(ctx); err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
 	js, err := jetstream.New(cfg.NC)
 	if err != nil {
 		return nil, fmt.Errorf("bus: jetstream: %w", err)
@@ -106,23 +121,8 @@ func OpenRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 		// removal prompt instead of waiting for the staleness sweep.
 		LimitMarkerTTL: ttl,
 	}
-	r := &Registry{nc: cfg.NC, js: js, kvCfg: kvCfg, ttl: ttl, log: log, noCreate: cfg.NoCreate}
+	r := &Registry{nc: cfg.NC, subj: cfg.Subjects, js: js, kvCfg: kvCfg, ttl: ttl, log: log}
 	kv, err := r.ensure(ctx)
-	if cfg.NoCreate {
-		// The frontend creates the bucket; a worker started first waits.
-		deadline := time.Now().Add(BucketWait)
-		for err != nil && bucketGone(err) && time.Now().Before(deadline) {
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
-			case <-time.After(250 * time.Millisecond):
-			}
-			kv, err = r.ensure(ctx)
-		}
-		if err != nil && bucketGone(err) {
-			return nil, fmt.Errorf("%w: the frontend creates it; start the frontend, on the same --namespace, first", err)
-		}
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -142,20 +142,14 @@ func OpenRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 // call it at once.
 func (r *Registry) ensure(ctx context.Context) (jetstream.KeyValue, error) {
 	cfg := r.kvCfg
-	var kv jetstream.KeyValue
-	var err error
-	if r.noCreate {
-		kv, err = r.js.KeyValue(ctx, cfg.Bucket)
-	} else {
+	kv, err := r.js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+		cfg.LimitMarkerTTL = 0
 		kv, err = r.js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
-			cfg.LimitMarkerTTL = 0
-			kv, err = r.js.CreateKeyValue(ctx, cfg)
-		}
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			// Another TTL (or server version) made it first; use it as it is.
-			kv, err = r.js.KeyValue(ctx, cfg.Bucket)
-		}
+	}
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		// Another TTL (or server version) made it first; use it as it is.
+		kv, err = r.js.KeyValue(ctx, cfg.Bucket)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("bus: open registry bucket %s: %w", cfg.Bucket, err)
@@ -181,6 +175,10 @@ func bucketGone(err error) bool {
 
 // put writes key, recreating the bucket once if it is gone.
 func (r *Registry) put(ctx context.Context, key string, val []byte) error {
+	if r.viaFrontend {
+		_, err := r.relay(ctx, key, registrarRequest{Op: opPut, Entry: val})
+		return err
+	}
 	_, err := r.bucket().Put(ctx, key, val)
 	if err == nil || !bucketGone(err) {
 		return err
@@ -203,6 +201,13 @@ func (r *Registry) TTL() time.Duration { return r.ttl }
 func (r *Registry) Get(ctx context.Context, id string) (info WorkerInfo, ok bool, err error) {
 	if err := ValidateName("worker id", id); err != nil {
 		return info, false, err
+	}
+	if r.viaFrontend {
+		rep, err := r.relay(ctx, r.self, registrarRequest{Op: opGet, ID: id})
+		if err != nil || !rep.Found || rep.Entry == nil {
+			return info, false, err
+		}
+		return *rep.Entry, true, nil
 	}
 	e, err := r.bucket().Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
@@ -262,13 +267,16 @@ func (r *Registry) Register(ctx context.Context, info WorkerInfo) (*Registration
 }
 
 // Join is a worker's start-up step on the bus: it opens the registry with
-// cfg (openCtx bounds only that, NoCreate's wait included), hands the open
+// cfg (openCtx bounds only that, ViaFrontend's wait included), hands the open
 // registry to ready when ready is not nil, and then registers info, whose
 // entry refreshes until ctx ends or the Registration is closed. ready runs
 // before the entry is put, so whatever the worker vets against the registry
 // (the addresses a decode worker may dial) works by the time a frontend can
 // route to it.
 func Join(openCtx, ctx context.Context, cfg RegistryConfig, info WorkerInfo, ready func(*Registry)) (*Registration, error) {
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = info.ID
+	}
 	r, err := OpenRegistry(openCtx, cfg)
 	if err != nil {
 		return nil, err
@@ -286,7 +294,8 @@ func (g *Registration) loop(ctx context.Context) {
 	defer t.Stop()
 	up := g.r.nc.StatusChanged(nats.CONNECTED)
 	defer g.r.nc.RemoveStatusListener(up)
-	failing := false
+	var failingSince time.Time // zero: the last refresh worked
+	warned := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -306,14 +315,24 @@ func (g *Registration) loop(ctx context.Context) {
 		case err != nil && ctx.Err() == nil:
 			// Retry soon: the entry must be back before it expires.
 			t.Reset(min(every, retryEvery))
-			if !failing {
-				failing = true
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			// A worker registered through a frontend sees a moment
+			// without one when the frontend restarts, or stops first
+			// (as up does): worth a warning only once the entry is
+			// halfway to expiring.
+			if !warned && (!g.r.viaFrontend || time.Since(failingSince) >= g.r.ttl/2) {
+				warned = true
 				g.r.log.Warn("registry refresh failed; retrying", "worker", g.key, "every", min(every, retryEvery), "err", err)
 			}
-		case err == nil && failing:
-			failing = false
+		case err == nil && !failingSince.IsZero():
+			failingSince = time.Time{}
 			t.Reset(every)
-			g.r.log.Info("registry refresh works again", "worker", g.key)
+			if warned {
+				warned = false
+				g.r.log.Info("registry refresh works again", "worker", g.key)
+			}
 		}
 	}
 }
@@ -328,7 +347,13 @@ func (g *Registration) finish() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := g.r.bucket().Delete(ctx, g.key); err != nil {
+	var err error
+	if g.r.viaFrontend {
+		_, err = g.r.relay(ctx, g.key, registrarRequest{Op: opDelete})
+	} else {
+		err = g.r.bucket().Delete(ctx, g.key)
+	}
+	if err != nil {
 		g.mu.Lock()
 		g.closeErr = fmt.Errorf("bus: deregister worker %s: %w", g.key, err)
 		g.mu.Unlock()

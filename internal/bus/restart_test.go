@@ -27,18 +27,19 @@ func freePort(t testing.TB) int {
 // back the bucket is recreated, the live worker re-registers and stays;
 // a worker that died during the outage leaves within a TTL of the return.
 //
-// With NoCreate (workers that log in with per-worker permissions may not
-// create streams) the worker waits for the watcher to recreate the bucket.
+// ViaFrontend (workers that log in with per-worker permissions have no
+// JetStream) the worker's refreshes reach the recreated bucket through the
+// frontend's registrar.
 func TestRegistrySurvivesServerRestart(t *testing.T) {
-	for _, noCreate := range []bool{false, true} {
-		t.Run(map[bool]string{false: "worker creates", true: "worker NoCreate"}[noCreate], func(t *testing.T) {
+	for _, via := range []bool{false, true} {
+		t.Run(map[bool]string{false: "worker writes the bucket", true: "worker via the frontend"}[via], func(t *testing.T) {
 			t.Parallel()
-			testRegistryRestart(t, noCreate)
+			testRegistryRestart(t, via)
 		})
 	}
 }
 
-func testRegistryRestart(t *testing.T, noCreate bool) {
+func testRegistryRestart(t *testing.T, viaFrontend bool) {
 	const ttl = time.Second
 	port := freePort(t)
 	cfg := EmbeddedConfig{Port: port}
@@ -57,9 +58,16 @@ func testRegistryRestart(t *testing.T, noCreate bool) {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	if viaFrontend {
+		g, err := front.StartRegistrar()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Subscription().Unsubscribe()
+	}
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	worker, err := OpenRegistry(wctx, RegistryConfig{NC: connect(t, url), TTL: ttl, NoCreate: noCreate})
+	worker, err := OpenRegistry(wctx, RegistryConfig{NC: connect(t, url), TTL: ttl, ViaFrontend: viaFrontend, WorkerID: "live"})
 	if err != nil {
 		t.Fatal(err)
 	}

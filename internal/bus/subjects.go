@@ -66,6 +66,15 @@ func (s Subjects) TransfersAll() string { return "sy." + s.ns() + ".xfer.*" }
 // rest of the subject.
 func (s Subjects) TransfersPrefix() string { return "sy." + s.ns() + ".xfer." }
 
+// Registrar is where worker sends its registry requests (see Registrar).
+func (s Subjects) Registrar(worker string) string { return "sy." + s.ns() + ".reg." + worker }
+
+// RegistrarAll matches every worker's registrar subject.
+func (s Subjects) RegistrarAll() string { return "sy." + s.ns() + ".reg.*" }
+
+// RegistrarPrefix is Registrar without the worker.
+func (s Subjects) RegistrarPrefix() string { return "sy." + s.ns() + ".reg." }
+
 // Replicas is where frontend replicas share their routing state: in-flight
 // requests, approximate-index decisions, link probes and admin settings.
 func (s Subjects) Replicas() string { return "sy." + s.ns() + ".fe" }

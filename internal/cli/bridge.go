@@ -187,7 +187,7 @@ func runBridge(ctx context.Context, f workerFlags, env Env) int {
 	}
 	defer nc.Close()
 	cfg.NC, cfg.RegistryTTL = nc, f.bus.registryTTL
-	cfg.RegistryNoCreate = f.bus.login.hasLogin(os.Getenv) // see runWorker
+	cfg.RegistryViaFrontend = f.bus.login.hasLogin(os.Getenv) // see runWorker
 	fmt.Fprintf(env.Stderr, "switchyard worker %s: bridging the %s engine at %s ...\n", cfg.ID, cfg.Engine, cfg.EngineURL)
 	b, err := bridge.Start(ctx, cfg)
 	if err != nil {

@@ -288,7 +288,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		}
 		conns = append(conns, wnc)
 		wc.NC, wc.Subjects, wc.RegistryTTL, wc.Logger = wnc, subj, u.bus.registryTTL, log
-		wc.RegistryNoCreate = bc.secret != nil || u.bus.login.hasLogin(os.Getenv)
+		wc.RegistryViaFrontend = bc.secret != nil || u.bus.login.hasLogin(os.Getenv)
 		wc.KVEventsOff = i >= len(specs)-u.eventsOff
 		if s.role == bus.RolePrefill {
 			wc.LinkRate = rate
@@ -390,7 +390,7 @@ func startBridged(ctx context.Context, wc node.WorkerConfig, wire vllmpub.Config
 	bc.ID, bc.Role, bc.Engine = wc.Sim.ID, wc.Sim.Role, bridge.EngineVLLM
 	bc.EngineURL, bc.KVEvents, bc.KVReplay = w.URL(), w.Wire().Endpoint(), w.Wire().ReplayEndpoint()
 	bc.BlockSize, bc.NC, bc.HTTPAddr = wc.Sim.BlockSize, nc, "127.0.0.1:0"
-	bc.RegistryNoCreate = wc.RegistryNoCreate
+	bc.RegistryViaFrontend = wc.RegistryViaFrontend
 	bc.WorkerKey = wc.WorkerKey // the engine's /v1 wants it, as the frontend's calls do
 	bc.KVBytesPerToken = w.Info().KVBytesPerToken
 	b, err := bridge.Start(ctx, bc)

@@ -189,9 +189,9 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 		}
 		defer nc.Close()
 		cfg.NC = nc
-		// A worker that logs in is held to worker permissions, which do
-		// not let it create the registry bucket: the frontend does.
-		cfg.RegistryNoCreate = f.bus.login.hasLogin(os.Getenv)
+		// A worker that logs in is held to worker permissions, which
+		// grant no JetStream: it registers through the frontend.
+		cfg.RegistryViaFrontend = f.bus.login.hasLogin(os.Getenv)
 		cfg.RegistryTTL = f.bus.registryTTL
 	}
 	if cfg.Sim.Tokenizer, err = openTokenizer(f.tokenizer); err != nil {

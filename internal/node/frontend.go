@@ -241,6 +241,16 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	if err = f.watcher.Register(cfg.Registry); err != nil {
 		return nil, fmt.Errorf("node: registry metrics: %w", err)
 	}
+	// Workers that log in with their own credentials register through
+	// a frontend (they have no JetStream rights).
+	registrar, err := reg.StartRegistrar()
+	if err != nil {
+		return nil, err
+	}
+	f.subs = append(f.subs, registrar.Subscription())
+	if err = registrar.Register(cfg.Registry); err != nil {
+		return nil, fmt.Errorf("node: registrar metrics: %w", err)
+	}
 	// Load and transfer reports are accepted only from registered workers,
 	// so they subscribe once the watcher exists.
 	loads, err := bus.SubscribeLoad(cfg.NC, cfg.Subjects, f.observeLoad)

@@ -36,11 +36,11 @@ type WorkerConfig struct {
 	NC          *nats.Conn
 	Subjects    bus.Subjects
 	RegistryTTL time.Duration // 0: the bus default
-	// RegistryNoCreate: open the registry bucket, never create it (see
-	// bus.RegistryConfig.NoCreate). Set it when the worker logs in to a
-	// server that holds workers to their permissions, which deny it.
-	RegistryNoCreate bool
-	KVEventsOff      bool // register with KV events disabled and publish none
+	// RegistryViaFrontend: register through a frontend, never touching
+	// JetStream (see bus.RegistryConfig.ViaFrontend). Set it when the
+	// worker logs in to a server that holds workers to their permissions.
+	RegistryViaFrontend bool
+	KVEventsOff         bool // register with KV events disabled and publish none
 	// EngineWire, if set, makes the simulator publish its KV events on ZMQ
 	// as vLLM does (for a bridge) instead of on NATS; with NC nil it then
 	// runs as a stand-alone engine.
@@ -224,7 +224,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 			// worker may dial for KV transfers and probes.
 			ready = w.probe.SetRegistry
 		}
-		g, err := bus.Join(ctx, runCtx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, NoCreate: cfg.RegistryNoCreate}, w.info, ready)
+		g, err := bus.Join(ctx, runCtx, bus.RegistryConfig{NC: cfg.NC, Subjects: cfg.Subjects, TTL: cfg.RegistryTTL, Logger: log, ViaFrontend: cfg.RegistryViaFrontend}, w.info, ready)
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("node: worker %s: register: %w", simCfg.ID, err)

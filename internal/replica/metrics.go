@@ -27,7 +27,7 @@ func newMetrics(s *Sharer) *metrics {
 		bytes: prom.CounterVec("switchyard_replica_bytes_total",
 			"Bytes of routing-state messages between frontend replicas, by direction (sent, received).", "direction"),
 		dropped: prom.CounterVec("switchyard_replica_dropped_total",
-			"Routing state not shared or not applied, by what: approx (over the per-flush bound), publish (bus error), malformed, duplicate_id.", "what"),
+			"Routing state not shared or not applied, by what: approx (over the per-flush bound), publish (bus error), malformed, duplicate_id, foreign (put on the subject by the server, not a frontend).", "what"),
 		expired: prom.Counter("switchyard_replica_expired_total",
 			"Frontend replicas that went silent and whose share of the load was dropped."),
 	}
@@ -41,7 +41,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 		m.messages.WithLabelValues(d)
 		m.bytes.WithLabelValues(d)
 	}
-	for _, w := range []string{"approx", "publish", "malformed", "duplicate_id"} {
+	for _, w := range []string{"approx", "publish", "malformed", "duplicate_id", "foreign"} {
 		m.dropped.WithLabelValues(w) // a series from the start, so dashboards find it
 	}
 	return nil

@@ -571,6 +571,14 @@ func (s *Sharer) dropPeer(id string, p *peer) {
 // receive applies one peer message. It runs on the subscription's
 // goroutine.
 func (s *Sharer) receive(nm *nats.Msg) {
+	// Frontends publish without headers. A message with them was put here
+	// by the server itself, answering a JetStream request that named this
+	// subject as its reply (a direct get carries Nats-Stream): whatever
+	// it holds, no frontend said it.
+	if len(nm.Header) > 0 {
+		s.m.dropped.WithLabelValues("foreign").Inc()
+		return
+	}
 	var m message
 	if err := json.Unmarshal(nm.Data, &m); err != nil || m.Replica == "" {
 		s.m.dropped.WithLabelValues("malformed").Inc()

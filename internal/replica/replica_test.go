@@ -219,6 +219,26 @@ func TestMalformedAndDuplicateIDCounted(t *testing.T) {
 	})
 }
 
+// TestServerAnswersAreNotFromFrontends: a message with headers on the
+// frontends' subject is the server answering a request whose reply
+// subject someone aimed here (a JetStream direct get of a worker's own
+// registry value, say); its settings must not apply, however well formed.
+func TestServerAnswersAreNotFromFrontends(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	nc := bustest.Connect(t, srv.ClientURL())
+	a := startSharer(t, nc, "fe-a", nil)
+	waitFor(t, "a said hello", func() bool { return counter(a.s.m.messages.WithLabelValues("sent")) >= 1 })
+	m := nats.NewMsg(bus.Subjects{Namespace: "t"}.Replicas())
+	m.Header.Set("Nats-Stream", "KV_sy_t_workers")
+	m.Data = []byte(`{"replica":"x","epoch":1,"seq":1,"settings":{"policy":"random","version":9223372036854775807,"by":"zzzz"}}`)
+	_ = nc.PublishMsg(m)
+	_ = nc.Flush()
+	waitFor(t, "dropped as foreign", func() bool { return counter(a.s.m.dropped.WithLabelValues("foreign")) == 1 })
+	if a.f.check(func(f *fakeApplier) bool { return len(f.settings) > 0 }) {
+		t.Errorf("settings from a server answer were applied")
+	}
+}
+
 func TestApproxCoalescedAndBounded(t *testing.T) {
 	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
 	s, err := New(Config{NC: bustest.Connect(t, srv.ClientURL()), Apply: newFake(), MaxPendingApprox: 4})

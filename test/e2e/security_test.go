@@ -119,7 +119,7 @@ func workerRegistry(ctx context.Context, t *testing.T, l *natsLogin, url, id str
 	}
 	t.Cleanup(nc.Close)
 	subj, _ := bus.NewSubjects("default")
-	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj, NoCreate: true})
+	reg, err := bus.OpenRegistry(ctx, bus.RegistryConfig{NC: nc, Subjects: subj, ViaFrontend: true, WorkerID: id})
 	if err != nil {
 		t.Fatalf("%s opens the registry: %v", id, err)
 	}
