@@ -47,11 +47,11 @@ func TestPreflightHealthyJSON(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("stdout is not the JSON report: %v\n%s", err, out.String())
 	}
-	if rep.Schema != "switchyard-preflight/v1" || rep.Verdict != "PASS" || len(rep.Checks) != 7 {
+	if rep.Schema != "switchyard-preflight/v1" || rep.Verdict != "PASS" || len(rep.Checks) != 8 {
 		t.Errorf("report %+v", rep)
 	}
-	if got := strings.Count(errb.String(), "preflight: ["); got != 7 {
-		t.Errorf("stderr has %d progress lines, want 7:\n%s", got, errb.String())
+	if got := strings.Count(errb.String(), "preflight: ["); got != 8 {
+		t.Errorf("stderr has %d progress lines, want 8:\n%s", got, errb.String())
 	}
 	b, err := os.ReadFile(md)
 	if err != nil || !strings.Contains(string(b), "# Switchyard preflight: PASS") {

@@ -37,7 +37,7 @@ import (
 const (
 	agreeWindow       = 50
 	agreeWindowAge    = 60 * time.Second
-	agreeTripCount    = 10
+	agreeTripCount    = 8
 	agreeRecoverCount = 20
 	// agreeLogEvery bounds the log line repeating an inconsistent
 	// worker's figures; changes of state are always logged.

@@ -113,18 +113,18 @@ func TestBlindIndexTurnsInconsistent(t *testing.T) {
 	if !ag.Inconsistent || ag.Blind != agreeTripCount || ag.Requests != agreeTripCount || ag.CachedTokens != 592*agreeTripCount || ag.PredictedTokens != 0 || ag.Trips != 1 {
 		t.Fatalf("after %d blind requests: agreement %+v", agreeTripCount, ag)
 	}
-	want := "the engine served 5920 cached tokens where the index predicted 0, on 10 of 10 requests"
+	want := "the engine served 4736 cached tokens where the index predicted 0, on 8 of 8 requests"
 	if !strings.Contains(ag.Cause, want) || wh.Events.State != StateInconsistent || wh.Events.Cause != ag.Cause {
 		t.Errorf("events %+v, cause %q; want state inconsistent, cause with %q", wh.Events, ag.Cause, want)
 	}
 	if hl := h.s.Health(); hl.Status != HealthDegraded || !strings.Contains(hl.Reason, "w-a events inconsistent") {
 		t.Errorf("health %s (%s), want degraded by w-a's inconsistency", hl.Status, hl.Reason)
 	}
-	if !strings.Contains(logs.String(), "inconsistent") || !strings.Contains(logs.String(), "5920") {
+	if !strings.Contains(logs.String(), "inconsistent") || !strings.Contains(logs.String(), "4736") {
 		t.Errorf("log lacks the inconsistency: %s", logs.String())
 	}
-	if got := value(t, h.s.m.engineCached.WithLabelValues("w-a")); got != 5920 {
-		t.Errorf("engine cached tokens = %v, want 5920", got)
+	if got := value(t, h.s.m.engineCached.WithLabelValues("w-a")); got != 4736 {
+		t.Errorf("engine cached tokens = %v, want 4736", got)
 	}
 	if got := value(t, h.s.m.indexPredicted.WithLabelValues("w-a")); got != 0 {
 		t.Errorf("index predicted tokens = %v, want 0", got)
@@ -162,7 +162,7 @@ func TestStaleIndexTurnsInconsistent(t *testing.T) {
 	h.set(8, 0)
 	h.send(t, agreeTripCount, false)
 	ag := h.health(t).Agreement
-	if !ag.Inconsistent || ag.Stale != agreeTripCount || !strings.Contains(ag.Cause, "index stale: the index predicted 1280 cached tokens where the engine served 0, on 10 of 10 requests") {
+	if !ag.Inconsistent || ag.Stale != agreeTripCount || !strings.Contains(ag.Cause, "index stale: the index predicted 1024 cached tokens where the engine served 0, on 8 of 8 requests") {
 		t.Errorf("agreement %+v", ag)
 	}
 }

@@ -70,6 +70,7 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 		{CheckEvents, "probing each worker's KV events", r.checkEvents},
 		{CheckPrefix, "same-prefix TTFT probe on each serving worker", r.checkPrefix},
 		{CheckRouting, "repeated-prefix workload through the router", r.checkRouting},
+		{CheckAgreement, "each worker's cache hits against the index's predictions", r.checkAgreement},
 		{CheckLinks, "probing prefill→decode links", r.checkLinks},
 		{CheckDisagg, "disaggregation math", r.checkDisagg},
 	}

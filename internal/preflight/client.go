@@ -250,6 +250,45 @@ func (c *client) events(ctx context.Context) (eventsWire, error) {
 	return e, err
 }
 
+// lookupChat is lookup for a chat, tokenized as the frontend does.
+func (c *client) lookupChat(ctx context.Context, messages []openai.Message) (lookupWire, error) {
+	var l lookupWire
+	err := c.call(ctx, http.MethodPost, "/admin/lookup", true, map[string]any{"messages": messages}, &l, 0)
+	return l, err
+}
+
+// agreementWire is a worker's index agreement in /health.
+type agreementWire struct {
+	Requests        uint64 `json:"requests"`
+	PredictedTokens uint64 `json:"predicted_tokens"`
+	CachedTokens    uint64 `json:"engine_cached_tokens"`
+	Blind           uint64 `json:"blind"`
+	Stale           uint64 `json:"stale"`
+	Inconsistent    bool   `json:"inconsistent"`
+	Cause           string `json:"cause"`
+}
+
+// agreements reads each worker's index agreement from /health; a frontend
+// that does not judge agreement has none.
+func (c *client) agreements(ctx context.Context) (map[string]agreementWire, error) {
+	var h struct {
+		Workers []struct {
+			ID        string         `json:"id"`
+			Agreement *agreementWire `json:"agreement"`
+		} `json:"workers"`
+	}
+	if err := c.call(ctx, http.MethodGet, "/health", true, nil, &h, http.StatusServiceUnavailable); err != nil {
+		return nil, err
+	}
+	out := map[string]agreementWire{}
+	for _, w := range h.Workers {
+		if w.Agreement != nil {
+			out[w.ID] = *w.Agreement
+		}
+	}
+	return out, nil
+}
+
 func (c *client) lookup(ctx context.Context, prompt []uint32) (lookupWire, error) {
 	var l lookupWire
 	err := c.call(ctx, http.MethodPost, "/admin/lookup", true, map[string]any{"prompt": prompt}, &l, 0)
@@ -301,23 +340,38 @@ type probe struct {
 // complete sends prompt as a streamed completion, pinned to worker when pin
 // is non-empty, and measures TTFT and the usage's cached tokens.
 func (c *client) complete(ctx context.Context, prompt []uint32, pin string, maxTokens int) (probe, error) {
-	p := probe{Overlap: -1}
-	body, err := json.Marshal(map[string]any{
+	return c.stream(ctx, "/v1/completions", map[string]any{
 		"model": c.model, "prompt": prompt, "max_tokens": maxTokens, "ignore_eos": true,
 		"stream": true, "stream_options": map[string]bool{"include_usage": true},
-	})
+	}, pin)
+}
+
+// chat sends messages as a streamed chat completion, as complete does a
+// prompt: the frontend and the engine each apply their own tokenizer and
+// chat template to it.
+func (c *client) chat(ctx context.Context, messages []openai.Message, pin string, maxTokens int) (probe, error) {
+	return c.stream(ctx, "/v1/chat/completions", map[string]any{
+		"model": c.model, "messages": messages, "max_tokens": maxTokens, "ignore_eos": true,
+		"stream": true, "stream_options": map[string]bool{"include_usage": true},
+	}, pin)
+}
+
+// stream posts a streaming request to path and measures it.
+func (c *client) stream(ctx context.Context, path string, fields map[string]any, pin string) (probe, error) {
+	p := probe{Overlap: -1}
+	body, err := json.Marshal(fields)
 	if err != nil {
 		return p, fmt.Errorf("preflight: encode completion: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/completions", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(body))
 	if err != nil {
 		return p, fmt.Errorf("preflight: completion: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
-	what := "POST /v1/completions"
+	what := "POST " + path
 	if pin != "" {
 		req.Header.Set(headerPin, pin)
 		what += " pinned to " + pin

@@ -34,8 +34,8 @@ func run(t *testing.T, cfg Config) (*Report, string) {
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
-	if got := strings.Count(progress.String(), "preflight: ["); got != 7 {
-		t.Errorf("progress lines = %d, want one per check (7):\n%s", got, progress.String())
+	if got := strings.Count(progress.String(), "preflight: ["); got != 8 {
+		t.Errorf("progress lines = %d, want one per check (8):\n%s", got, progress.String())
 	}
 	var out bytes.Buffer
 	if err := WriteTable(&out, rep); err != nil {
@@ -84,8 +84,8 @@ func TestHealthyDeploymentPasses(t *testing.T) {
 	if r.Hits != 12 || r.HitRatio != 1 || r.Policy != "kv" || r.IndexedPrefixes != 3 || r.SharedBlockTokens != 192 {
 		t.Errorf("routing %+v", r)
 	}
-	if got := f.Pinned(); got != 2+2*(1+warmRepeats) {
-		t.Errorf("pinned requests = %d, want 2 event probes + 2×(cold + %d warm) prefix probes", got, warmRepeats)
+	if got := f.Pinned(); got != 2+2*(1+warmRepeats)+2*(1+agreementRequests) {
+		t.Errorf("pinned requests = %d, want 2 event probes + 2×(cold + %d warm) prefix probes + 2×(cold + %d) agreement chats", got, warmRepeats, agreementRequests)
 	}
 	if !strings.Contains(check(t, rep, CheckLinks).Summary, "no disaggregation configured") {
 		t.Errorf("links summary %q", check(t, rep, CheckLinks).Summary)

@@ -69,6 +69,13 @@ func sections(rep *Report) []section {
 				s.rows = append(s.rows, []string{p.Worker, p.Probe, strconv.Itoa(p.FrontendTokens), strconv.Itoa(p.WorkerTokens), d, string(p.Status)})
 			}
 			out = append(out, s)
+		case len(c.Agreement) > 0:
+			s := section{title: "Index agreement", header: []string{"worker", "role", "judged", "index predicted", "engine cached", "blind", "stale", "frontend", "result"}}
+			for _, p := range c.Agreement {
+				s.rows = append(s.rows, []string{p.Worker, p.Role, strconv.Itoa(p.Requests), strconv.Itoa(p.PredictedTokens), strconv.Itoa(p.CachedTokens),
+					strconv.Itoa(p.Blind), strconv.Itoa(p.Stale), orDash(p.FrontendState), string(p.Status)})
+			}
+			out = append(out, s)
 		case len(c.Prefix) > 0:
 			s := section{title: "Same-prefix probe", header: []string{"worker", "role", "prompt", "cold TTFT", "warm TTFT", "warm/cold", "cached cold/warm", "need", "result"}}
 			for _, p := range c.Prefix {

@@ -42,6 +42,7 @@ const (
 	CheckLinks     = "links"
 	CheckDisagg    = "disagg"
 	CheckTokenizer = "tokenizer"
+	CheckAgreement = "index-agreement"
 )
 
 // Report is the outcome of one preflight run. Durations are seconds unless a
@@ -117,6 +118,28 @@ type Check struct {
 	Links     []Link           `json:"links,omitempty"`
 	Disagg    *DisaggResult    `json:"disagg,omitempty"`
 	Tokenizer []TokenizerProbe `json:"tokenizer,omitempty"`
+	Agreement []AgreementProbe `json:"agreement,omitempty"`
+}
+
+// AgreementProbe is the index-agreement check of one serving worker: its
+// repeated-prefix chats on which the index or the engine claimed a cached
+// prefix, what each side said, and how often they disagreed by a block or
+// more.
+type AgreementProbe struct {
+	Worker          string `json:"worker"`
+	Role            string `json:"role"`
+	Status          Status `json:"status"`
+	Requests        int    `json:"requests"`
+	PredictedTokens int    `json:"predicted_tokens"`     // cached tokens the index predicted, summed
+	CachedTokens    int    `json:"engine_cached_tokens"` // cached tokens the engine reported, summed
+	Blind           int    `json:"blind"`                // the engine served a block or more the index did not predict
+	Stale           int    `json:"stale"`                // the index predicted a block or more the engine did not serve
+	// FrontendState is the frontend's own running judgement from /health:
+	// consistent or inconsistent (with FrontendCause); empty when the
+	// frontend does not judge agreement.
+	FrontendState string `json:"frontend_state,omitempty"`
+	FrontendCause string `json:"frontend_cause,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // Inventory counts the workers.

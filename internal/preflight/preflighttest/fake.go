@@ -51,7 +51,9 @@ type Worker struct {
 	PrefillA, PrefillB float64
 	// Tokenizer is how the worker's POST /tokenize answers: "" the same
 	// ids as the frontend, "differs" one id changed at position 5,
-	// "missing" 404.
+	// "missing" 404. A worker whose tokenizer differs also caches the
+	// chats it serves (and reports them in its events) under its own ids,
+	// so the index never predicts its cache hits.
 	Tokenizer string
 }
 
@@ -147,6 +149,7 @@ func New(tb testing.TB, cfg Config) *Frontend {
 	mux.HandleFunc("GET /admin/disagg", f.admin(f.disagg))
 	mux.HandleFunc("POST /admin/disagg/predict", f.admin(f.predict))
 	mux.HandleFunc("POST /v1/completions", f.complete)
+	mux.HandleFunc("POST /v1/chat/completions", f.chat)
 	mux.HandleFunc("POST /tokenize", f.tokenize(""))
 	mux.HandleFunc("POST /w/{id}/tokenize", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -254,14 +257,19 @@ func (f *Frontend) events(w http.ResponseWriter, _ *http.Request) {
 
 func (f *Frontend) lookup(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Prompt    openai.Prompt `json:"prompt"`
-		CacheSalt string        `json:"cache_salt"`
+		Prompt    openai.Prompt    `json:"prompt"`
+		Messages  []openai.Message `json:"messages"`
+		CacheSalt string           `json:"cache_salt"`
 	}
-	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || !in.Prompt.IsTokens {
-		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "prompt", "fake: lookup wants token ids")
+	if err := json.NewDecoder(r.Body).Decode(&in); err != nil || !in.Prompt.IsTokens && len(in.Messages) == 0 {
+		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "prompt", "fake: lookup wants token ids or messages")
 		return
 	}
-	hashes := kvindex.HashChain(nil, in.CacheSalt, in.Prompt.Tokens, f.cfg.BlockSize)
+	toks := in.Prompt.Tokens
+	if len(in.Messages) > 0 {
+		toks = chatTokens(in.Messages, "")
+	}
+	hashes := kvindex.HashChain(nil, in.CacheSalt, toks, f.cfg.BlockSize)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
@@ -302,8 +310,55 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "stream", "fake: preflight must stream with usage and ignore_eos")
 		return
 	}
-	toks := req.Prompt.Tokens
+	f.serve(w, r, &req, req.Prompt.Tokens, req.Prompt.Tokens)
+}
+
+// chatTokens is the stand-in tokenization of a chat: the ids POST
+// /tokenize gives for it, as the frontend (mode "") or a worker with that
+// Tokenizer mode would.
+func chatTokens(msgs []openai.Message, mode string) []uint32 {
+	text := ""
+	for _, m := range msgs {
+		text += m.Role + ": " + m.Content + "\n"
+	}
+	toks := make([]uint32, len(text))
+	for i := range len(text) {
+		toks[i] = uint32(text[i])
+		if mode == "differs" && i == 5 {
+			toks[i] += 1000
+		}
+	}
+	return toks
+}
+
+// chat serves a streamed chat: the frontend hashes the chat as its
+// tokenizer renders it, the worker caches (and reports in its events) the
+// chat as its own tokenizer does; a worker whose Tokenizer differs is
+// never matched by the index.
+func (f *Frontend) chat(w http.ResponseWriter, r *http.Request) {
+	var req openai.CompletionRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
+		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "messages", "fake: want messages")
+		return
+	}
+	if !req.Stream || req.StreamOptions == nil || !req.StreamOptions.IncludeUsage || !req.IgnoreEOS {
+		openai.WriteError(w, http.StatusBadRequest, openai.TypeInvalidRequest, "stream", "fake: preflight must stream with usage and ignore_eos")
+		return
+	}
+	mode := ""
+	f.mu.Lock()
+	if x, ok := f.ws[r.Header.Get("x-switchyard-pin-worker")]; ok {
+		mode = x.Tokenizer
+	}
+	f.mu.Unlock()
+	f.serve(w, r, &req, chatTokens(req.Messages, ""), chatTokens(req.Messages, mode))
+}
+
+// serve routes and answers one request whose prompt the frontend
+// tokenized as toks and the chosen worker as wtoks.
+func (f *Frontend) serve(w http.ResponseWriter, r *http.Request, req *openai.CompletionRequest, toks, wtoks []uint32) {
 	hashes := kvindex.HashChain(nil, req.CacheSalt, toks, f.cfg.BlockSize)
+	whashes := kvindex.HashChain(nil, req.CacheSalt, wtoks, f.cfg.BlockSize)
 	pin := r.Header.Get("x-switchyard-pin-worker")
 	f.mu.Lock()
 	var x *worker
@@ -326,7 +381,7 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An engine always computes the last prompt token.
-	cached := min(leading(hashes, x.cache)*f.cfg.BlockSize, (len(toks)-1)/f.cfg.BlockSize*f.cfg.BlockSize)
+	cached := min(leading(whashes, x.cache)*f.cfg.BlockSize, (len(wtoks)-1)/f.cfg.BlockSize*f.cfg.BlockSize)
 	cached = max(cached, 0)
 	if x.NoCache {
 		cached = 0
@@ -334,11 +389,11 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 	overlap := leading(hashes, indexSet(f.index, x.ID)) * f.cfg.BlockSize
 	f.mu.Unlock()
 
-	time.Sleep(time.Duration(len(toks)-cached) * f.cfg.PerToken) // simulated prefill
+	time.Sleep(time.Duration(len(wtoks)-cached) * f.cfg.PerToken) // simulated prefill
 
 	f.mu.Lock()
 	visible := time.Now().Add(x.EventDelay)
-	for _, h := range hashes {
+	for _, h := range whashes { // the engine's events carry its own tokens
 		x.cache[h] = true
 		if x.Events == "healthy" {
 			if f.index[h] == nil {
@@ -375,7 +430,7 @@ func (f *Frontend) complete(w http.ResponseWriter, r *http.Request) {
 		details.KVTiers = &openai.KVTiers{CPUTokens: cached, CPULoadedBytes: int64(cached) * kvb}
 	}
 	_ = sw.Event(map[string]any{"object": "text_completion", "model": f.cfg.Model, "choices": []any{},
-		"usage": openai.Usage{PromptTokens: len(toks), CompletionTokens: n, TotalTokens: len(toks) + n,
+		"usage": openai.Usage{PromptTokens: len(wtoks), CompletionTokens: n, TotalTokens: len(wtoks) + n,
 			PromptTokensDetails: details}})
 	_ = sw.Done()
 }
