@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -150,6 +151,11 @@ type Watcher struct {
 	refusals    prometheus.Counter
 	expirySwept prometheus.Counter
 	keptAlive   prometheus.Counter
+
+	// lastRoundTrip is when the probe last had an answer (unix ns). The
+	// probe itself may block inside the NATS client on a frozen server, so
+	// staleness of this time, not only a failed probe, means stalled.
+	lastRoundTrip atomic.Int64
 }
 
 type watchEntry struct {
@@ -197,6 +203,7 @@ func (r *Registry) WatchWorkers(ctx context.Context, cfg WatchConfig) (*Watcher,
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
 	}
+	w.lastRoundTrip.Store(time.Now().UnixNano())
 	w.routable = prom.GaugeFunc("switchyard_registry_workers",
 		"Routable workers in the registry view.", func() float64 { return float64(len(w.Workers())) })
 	w.refusedG = prom.GaugeFunc("switchyard_registry_refused_workers",
@@ -367,7 +374,11 @@ func (w *Watcher) probeLoop(ctx context.Context, out chan<- probeResult) {
 			continue
 		}
 		p := probeResult{state: BusUp}
-		if err := w.r.nc.FlushTimeout(BusProbeTimeout); err != nil {
+		err := w.r.nc.FlushTimeout(BusProbeTimeout)
+		if err == nil {
+			w.lastRoundTrip.Store(time.Now().UnixNano())
+		}
+		if err != nil {
 			p = probeResult{state: BusStalled, cause: fmt.Sprintf("NATS server answers no round trip within %v: %v", BusProbeTimeout, err)}
 		} else {
 			sctx, cancel := context.WithTimeout(ctx, BusProbeTimeout)
@@ -432,9 +443,22 @@ func (w *Watcher) BusState() (state string, since time.Time, cause string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.down == "" {
+		if at, stalled := w.roundTripOverdue(time.Now()); stalled {
+			return BusStalled, at, "no round trip answered since " + at.Format(time.RFC3339Nano)
+		}
 		return BusUp, time.Time{}, ""
 	}
 	return w.down, w.downSince, w.downCause
+}
+
+// roundTripOverdue reports whether the connection is up but no probe has
+// had an answer for BusProbeEvery+BusProbeTimeout, and since when.
+func (w *Watcher) roundTripOverdue(now time.Time) (since time.Time, overdue bool) {
+	last := time.Unix(0, w.lastRoundTrip.Load())
+	if now.Sub(last) <= BusProbeEvery+BusProbeTimeout || !w.r.nc.IsConnected() {
+		return time.Time{}, false
+	}
+	return last, true
 }
 
 // apply folds one KV entry into the view and appends the resulting changes.
@@ -521,6 +545,9 @@ func (w *Watcher) sweep(ctx context.Context, now time.Time, changes []Change, al
 	defer w.mu.Unlock()
 	if w.down != "" {
 		return changes
+	}
+	if _, stalled := w.roundTripOverdue(now); stalled {
+		return changes // the probe is stuck on a silent server: fail static
 	}
 	for key, e := range w.entries {
 		if now.Sub(e.lastSeen) <= w.r.ttl {

@@ -137,7 +137,17 @@ func busFault(t *testing.T, ns *natsServer, want string, mustShow bool, hold tim
 	shown, wasShown := bw.seen(want)
 	undo()
 	back := time.Now()
-	c.waitHealthy(t, 3, 30*time.Second)
+	// Back means: bus up, the three workers routable and their events
+	// flowing again. A worker the index-agreement check flags
+	// "inconsistent" (requests served while its events were not heard made
+	// the index blind for a while) has its events back too.
+	for h, err := c.tryHealth(); err != nil || !h.eventsBack(3); h, err = c.tryHealth() {
+		if time.Since(back) > 30*time.Second {
+			g.finish()
+			t.Fatalf("routing by KV events not back 30 s after the fault ended: /health %+v (err %v)", h, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	recovered := time.Since(back)
 	time.Sleep(2 * time.Second) // load past the recovery
 	all := g.finish()
@@ -375,4 +385,18 @@ func TestWorkerBusLinkFrozen(t *testing.T) {
 	if bw.minWorkers < 1 {
 		t.Errorf("w1 left routing while its bus link was frozen; it answered HTTP throughout")
 	}
+}
+
+// eventsBack: the bus is up and n workers are routable, each with its KV
+// events healthy or only flagged inconsistent by the index-agreement check.
+func (h health) eventsBack(n int) bool {
+	if h.Bus != "up" || len(h.Workers) != n {
+		return false
+	}
+	for _, w := range h.Workers {
+		if w.Events.State != "healthy" && w.Events.State != "inconsistent" {
+			return false
+		}
+	}
+	return true
 }

@@ -152,6 +152,7 @@ func startCluster(t testing.TB, natsURL string, n int, frontendArgs, workerArgs 
 type health struct {
 	Status  string `json:"status"`
 	Reason  string `json:"reason"`
+	Cause   string `json:"bus_cause"`
 	Bus     string `json:"bus"`
 	Workers []struct {
 		ID       string `json:"id"`
