@@ -247,6 +247,12 @@ func TestDashboard(t *testing.T) {
 			b.evalInt(`document.getElementById("chart-hit").dataset.samples`) >= 1 &&
 			b.evalInt(`document.querySelectorAll("#chart-ttft circle").length`) >= 1
 	})
+	// Every worker's row has its index agreement cell: "–" until a response
+	// on it is judged, then the agreeing share of its window.
+	if cells := b.evalString(`Array.from(document.querySelectorAll("#workers td.agreement")).map(td => td.textContent).join("|")`); strings.Count(cells, "|") != 3 ||
+		!regexp.MustCompile(`^((–|\d+% of \d+ \(blind \d+, stale \d+\))\|?)+$`).MatchString(cells) {
+		t.Errorf("index agreement cells %q, want one per worker", cells)
+	}
 	if got := b.evalString(`document.getElementById("req-total").textContent`); !strings.Contains(got, "completions") {
 		t.Errorf("request card = %q", got)
 	}
