@@ -280,7 +280,8 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 	}
 	b.info = bus.WorkerInfo{ID: cfg.ID, Role: cfg.Role, Model: model, HTTPURL: cfg.EngineURL, BlockSize: cfg.BlockSize,
 		KVBytesPerToken: cfg.KVBytesPerToken, KVBlocks: b.st.Load.TotalBlocks, KVEventsEnabled: true, Epoch: b.pub.Epoch(),
-		MaxModelLen: maxLen, StartedUnixMilli: time.Now().UnixMilli(), Profile: bus.Profile{Model: model, KVBytesPerToken: cfg.KVBytesPerToken}}
+		MaxModelLen: maxLen, StartedUnixMilli: time.Now().UnixMilli(), Profile: bus.Profile{Model: model, KVBytesPerToken: cfg.KVBytesPerToken},
+		APIs: b.probeAPIs(ctx)}
 	if cfg.Profile.PeakFLOPS > 0 {
 		b.info.Profile = cfg.Profile
 		if cfg.KVBytesPerToken > 0 {

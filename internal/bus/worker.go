@@ -60,6 +60,12 @@ type WorkerInfo struct {
 	MaxModelLen      int     `json:"max_model_len"`
 	Profile          Profile `json:"profile"`
 	StartedUnixMilli int64   `json:"started_unix_ms"`
+	// APIs are the endpoints beyond chat and completions the worker
+	// serves itself: "messages" (POST /v1/messages), "responses" (POST
+	// /v1/responses), "embeddings" (POST /v1/embeddings). The frontend
+	// translates the first two into chat completions for a worker without
+	// them.
+	APIs []string `json:"apis,omitempty"`
 	// Aliases are the other names Model is served under (an engine's
 	// --served-model-name); a request for one goes to Model's pool.
 	Aliases []string `json:"aliases,omitempty"`

@@ -43,6 +43,11 @@ type Worker struct {
 	KVBytesPerToken int64  // KV cache bytes one token occupies
 	KVXferAddr      string // host:port of the worker's KV-transfer server
 	Profile         any    // the worker's timing profile, as registered
+
+	// APIs are the endpoints beyond chat and completions the worker
+	// serves itself (APIMessages, APIResponses, APIEmbeddings); a request
+	// to another is translated into a chat completion.
+	APIs []string
 }
 
 // Refusal is a worker that registered but may not serve (model or block size

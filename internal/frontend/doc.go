@@ -8,6 +8,8 @@
 // # Endpoints
 //
 //	POST /v1/chat/completions, POST /v1/completions   streaming and not
+//	POST /v1/responses, POST /v1/messages              OpenAI Responses and Anthropic Messages, streaming and not
+//	POST /v1/messages/count_tokens                     the frontend's token count of a Messages request
 //	GET  /v1/models
 //	GET  /health                                        always open
 //	GET  /metrics                                       always open (Prometheus)
@@ -61,6 +63,13 @@
 // header), with x-switchyard-kv-pull-ms (its x-kv-pull-ms); absent when the
 // worker does not report its pulls. The measured transfer also goes to the
 // gate in the Observation, so link estimates learn from real transfers.
+//
+// Responses and Messages requests are rendered into chat turns and
+// tokenized as the same chat would be, so they route alike; a worker whose
+// Worker.APIs names the API gets the client's body as sent, any other the
+// chat translation, its answer translated back (openai.Translator).
+// Messages errors are Anthropic's shape; x-api-key is accepted as the API
+// key. previous_response_id goes to the worker that stored the response.
 //
 // Chat messages may carry content as a string or as an array of text parts
 // (joined with newlines); other part types are rejected with 400, as are

@@ -201,6 +201,9 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 			return badRequest(HeaderPinWorker, "frontend: pinned worker %q is not registered", pin)
 		}
 		rt = route{target: workers[i], policy: "pinned"}
+		if pr.api != nil && pr.api.prevWorker == pin {
+			rt.policy = "previous_response"
+		}
 		if s.deps.Index != nil {
 			rt.overlap = s.deps.Index.Overlaps(pr.hashes)[pin]
 		}

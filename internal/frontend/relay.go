@@ -143,11 +143,17 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return ue
 	}
 
+	// A translated request asks for usage itself (the API reports it), so
+	// withStreamUsage leaves its chat body alone.
 	body, stripUsage, err := withStreamUsage(body, &pr.req)
 	if err != nil {
 		return forwardResult{}, classify(err, errKindUpstreamConn, false)
 	}
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.URL+ep.path, bytes.NewReader(body))
+	path := ep.path
+	if pr.api != nil {
+		path, body = pr.api.prepareAttempt(wk, rt, path, body)
+	}
+	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.URL+path, bytes.NewReader(body))
 	if err != nil {
 		return forwardResult{}, classify(err, errKindUpstreamConn, false)
 	}
@@ -234,7 +240,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	w.WriteHeader(resp.StatusCode)
 
 	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: finish,
-		stripUsage: stripUsage}
+		stripUsage: stripUsage, native: pr.api != nil && pr.api.native}
 	fl, _ := w.(http.Flusher)
 	err = s.relayStream(w, fl, br, idle, &st)
 	if st.hasUsage {
@@ -309,6 +315,10 @@ type relayState struct {
 	workerID  string
 	requestID string
 	finish    func() // tells InFlight the request is done; nil: nothing to tell
+	// native: the stream is a Messages or Responses stream, which ends
+	// with its last event rather than [DONE], and whose Responses text
+	// comes in "delta" fields.
+	native bool
 
 	last       time.Time // time of the last content chunk
 	ttft       time.Duration
@@ -365,6 +375,7 @@ var (
 	usageKey      = []byte(`"usage":{`)
 	contentKey    = []byte(`"content":"`)
 	textKey       = []byte(`"text":"`)
+	deltaKey      = []byte(`"delta":"`)
 	eventBoundary = []byte("\n\n")
 )
 
@@ -482,7 +493,7 @@ func flush(fl http.Flusher) {
 // inspect updates st from one data payload.
 func (s *Server) inspect(p []byte, st *relayState) {
 	switch {
-	case bytes.Equal(p, donePayload):
+	case bytes.Equal(p, donePayload) || st.native && openai.StreamEnd(p):
 		st.sawDone = true
 		if st.finish != nil {
 			st.finish() // before [DONE] reaches the client
@@ -492,7 +503,7 @@ func (s *Server) inspect(p []byte, st *relayState) {
 		st.sawError = true
 		return
 	}
-	if hasText(p, contentKey) || hasText(p, textKey) {
+	if hasText(p, contentKey) || hasText(p, textKey) || st.native && hasText(p, deltaKey) {
 		now := time.Now()
 		if st.ttft == 0 {
 			st.ttft = max(now.Sub(st.start), time.Nanosecond)

@@ -59,6 +59,7 @@ type parsedRequest struct {
 	// what its model name resolved to among them.
 	workers []Worker
 	model   modelRoute
+	api    *apiRequest // a Messages or Responses request; nil for chat and completions
 }
 
 // maxTokens is the request's output limit, max_tokens or else
@@ -75,6 +76,16 @@ func (pr *parsedRequest) maxTokens() int {
 
 // readRequest reads, bounds, decodes, validates and tokenizes a request.
 func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint) (*parsedRequest, *apiError) {
+	body, aerr := s.readClientBody(w, r)
+	if aerr != nil {
+		return nil, aerr
+	}
+	return s.parse(body, ep)
+}
+
+// readClientBody reads a request body within MaxBodyBytes and
+// ClientReadTimeout.
+func (s *Server) readClientBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	// A client that trickles its body holds a connection and a goroutine:
 	// bound the read, then lift the deadline for the rest of the exchange
 	// (a stream may run for minutes, watched by the write deadline instead).
@@ -99,6 +110,11 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 		}
 		return nil, badRequest("", "frontend: read request body: %v", err)
 	}
+	return body, nil
+}
+
+// parse decodes, validates and tokenizes a chat or completions body.
+func (s *Server) parse(body []byte, ep endpoint) (*parsedRequest, *apiError) {
 	pr := &parsedRequest{body: body}
 	if err := openai.DecodeRequest(body, &pr.req); err != nil {
 		var pe *openai.ContentPartError

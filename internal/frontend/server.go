@@ -85,6 +85,8 @@ type Server struct {
 	conns  atomic.Int64 // open client connections, through Listener
 	active atomic.Int64 // completion requests being served, for MaxInflight
 
+	affinity *affinity // stored response id → worker, for previous_response_id
+
 	closing   chan struct{} // closed by Close: stops ejection probes
 	closeOnce sync.Once
 	probeWG   sync.WaitGroup
@@ -98,7 +100,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Workers == nil || deps.Router == nil {
 		return nil, fmt.Errorf("frontend: deps: Workers and Router are required")
 	}
-	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now(), closing: make(chan struct{})}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now(), closing: make(chan struct{}), affinity: newAffinity(maxAffinity)}
 	s.mode.Store(cfg.DisaggMode)
 	s.tok = deps.Tokenizer
 	if s.tok == nil {
@@ -145,6 +147,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCompletion(endpointChat))
 	s.mux.HandleFunc("POST /v1/completions", s.handleCompletion(endpointCompletions))
+	s.mux.HandleFunc("POST /v1/messages", s.handleAPI(endpointMessages))
+	s.mux.HandleFunc("POST /v1/responses", s.handleAPI(endpointResponses))
+	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
@@ -173,6 +178,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.endpoints = map[string]string{
 		"POST /v1/chat/completions": endpointChat.name,
 		"POST /v1/completions":      endpointCompletions.name,
+		"POST /v1/messages":         endpointMessages.name,
+		"POST /v1/responses":        endpointResponses.name,
 	}
 	s.handler = openai.Mux(s.mux)
 	return s, nil
@@ -261,13 +268,20 @@ func bearer(r *http.Request, key string) bool {
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(key)) == 1
 }
 
+// apiKeyHeader reports whether r carries "x-api-key: key", as Anthropic's
+// clients send it, compared in constant time.
+func apiKeyHeader(r *http.Request, key string) bool {
+	h := r.Header.Get("x-api-key")
+	return h != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h)), []byte(key)) == 1
+}
+
 // apiAuthorized applies the /v1 rule: open when no keys are set, else the
 // API key or the admin key.
 func (s *Server) apiAuthorized(r *http.Request) bool {
 	if s.cfg.APIKey == "" {
 		return true
 	}
-	if bearer(r, s.cfg.APIKey) {
+	if bearer(r, s.cfg.APIKey) || apiKeyHeader(r, s.cfg.APIKey) {
 		return true
 	}
 	return s.cfg.AdminKey != "" && bearer(r, s.cfg.AdminKey)

@@ -56,6 +56,10 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, true) })
 	mux.HandleFunc("GET /v1/models", w.serveModels)
 	mux.HandleFunc("POST /tokenize", w.serveTokenize)
+	mux.HandleFunc("POST /detokenize", w.serveDetokenize)
+	mux.HandleFunc("POST /v1/messages", w.serveMessages)
+	mux.HandleFunc("POST /v1/responses", w.serveResponses)
+	mux.HandleFunc("POST /v1/embeddings", w.serveEmbeddings)
 	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, r *http.Request) {
 		if w.Stopped() {
 			openai.WriteError(rw, http.StatusServiceUnavailable, openai.TypeUnavailable, "", "worker "+w.cfg.ID+": engine stopped")
@@ -307,6 +311,11 @@ func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat boo
 		writeErr(rw, err)
 		return
 	}
+	w.generate(rw, r, req, reqID, chat)
+}
+
+// generate serves a decoded completions or chat request.
+func (w *Worker) generate(rw http.ResponseWriter, r *http.Request, req *openai.CompletionRequest, reqID string, chat bool) {
 	g, aerr := w.validate(req, chat)
 	if aerr != nil {
 		writeErr(rw, aerr)

@@ -19,6 +19,9 @@ type Worker struct {
 	tok   tokenizer.Model
 	reqID atomic.Uint64
 	loras *loraSlots // nil without adapters
+	// stored holds the conversations of stored responses, for
+	// previous_response_id.
+	stored *conversations
 }
 
 // NewWorker validates cfg, sizes the KV cache and builds the worker. It
@@ -45,7 +48,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	e.metrics = newMetrics(e)
-	w := &Worker{Engine: e, tok: tok}
+	w := &Worker{Engine: e, tok: tok, stored: newConversations(maxStoredResponses)}
 	if len(cfg.Adapters) > 0 {
 		w.loras = newLoRASlots(cfg.MaxLoRAs, cfg.LoRASwap, cfg.Speedup)
 		e.metrics.reg.MustRegister(newLoRAInfoCollector(w.loras, prometheus.Labels{"model_name": cfg.Model, "engine": cfg.ID}))
@@ -72,6 +75,7 @@ func (w *Worker) Info() bus.WorkerInfo {
 		KVBlocks:        w.bm.total(),
 		MaxModelLen:     w.maxLen,
 		Profile:         w.profile,
+		APIs:            []string{"messages", "responses", "embeddings"},
 	}
 }
 

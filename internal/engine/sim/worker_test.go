@@ -204,7 +204,7 @@ func TestHTTPErrors(t *testing.T) {
 		{"temperature out of range", "/v1/completions", `{"prompt": "hi", "temperature": 3}`, 400},
 		{"top_p out of range", "/v1/completions", `{"prompt": "hi", "top_p": 0}`, 400},
 		{"image content part", "/v1/chat/completions", `{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, 400},
-		{"unknown path", "/v1/embeddings", `{}`, 404},
+		{"unknown path", "/v1/audio/speech", `{}`, 404},
 		{"wrong method", "/v1/models", `{}`, 405},
 	}
 	for _, tt := range tests {

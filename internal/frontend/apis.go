@@ -1,0 +1,251 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
+	"github.com/switchyard-llm/switchyard/internal/openai"
+)
+
+// APIs a worker may serve itself besides chat and completions, as
+// Worker.APIs names them.
+const (
+	APIMessages   = "messages"   // POST /v1/messages, Anthropic's Messages API
+	APIResponses  = "responses"  // POST /v1/responses, OpenAI's Responses API
+	APIEmbeddings = "embeddings" // POST /v1/embeddings
+)
+
+// The endpoints of the two translated APIs: routed, and forwarded when the
+// worker does not serve the API, as chat completions.
+var (
+	endpointMessages  = endpoint{name: APIMessages, path: "/v1/chat/completions", chat: true}
+	endpointResponses = endpoint{name: APIResponses, path: "/v1/chat/completions", chat: true}
+)
+
+// apiRequest is the part of a Messages or Responses request that chat
+// has not: the client's own body, for a worker that serves the API, and
+// the writer that answers in the API's shape.
+type apiRequest struct {
+	kind       string // APIMessages or APIResponses
+	nativePath string
+	raw        []byte // the client's body
+	tr         *openai.Translator
+	native     bool   // the attempt in progress went to a worker serving the API
+	prevWorker string // the worker holding previous_response_id's state
+	store      bool   // a Responses request the engine stores
+}
+
+// serves reports whether wk serves api itself.
+func (wk *Worker) serves(api string) bool { return slices.Contains(wk.APIs, api) }
+
+// prepareAttempt picks the path and body of one attempt at a Messages or
+// Responses request: the client's body to a worker that serves the API,
+// else the chat translation. A remote prefill's kv_transfer_params ride a
+// chat body, so such a request is translated.
+func (a *apiRequest) prepareAttempt(wk Worker, rt *route, path string, body []byte) (string, []byte) {
+	a.native = wk.serves(a.kind) && !(rt.gated && rt.gate.Remote)
+	a.tr.Native = a.native
+	if a.native {
+		return a.nativePath, a.raw
+	}
+	return path, body
+}
+
+// handleAPI serves POST /v1/messages or POST /v1/responses: decoded,
+// rendered into chat turns, tokenized and routed as the same chat would
+// be, forwarded as sent to a worker that serves the API and translated
+// to and from a chat completion for one that does not.
+func (s *Server) handleAPI(ep endpoint) http.HandlerFunc {
+	return func(w0 http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		w := &statusWriter{ResponseWriter: w0}
+		defer func() {
+			code := w.status
+			if code == 0 {
+				code = 499
+			}
+			s.m.requests.WithLabelValues(ep.name, strconv.Itoa(code)).Inc()
+		}()
+		fail := func(e *apiError) { s.failAPI(w, ep.name, e) }
+		if !s.apiAuthorized(r) {
+			fail(&apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
+				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key> or x-api-key: <key>", kind: errKindUnauthorized})
+			return
+		}
+		pin := r.Header.Get(HeaderPinWorker)
+		if pin != "" && !s.adminAuthorized(r) {
+			fail(&apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
+				msg: "frontend: " + HeaderPinWorker + " needs admin access", kind: errKindUnauthorized})
+			return
+		}
+		body, aerr := s.readClientBody(w, r)
+		if aerr != nil {
+			fail(aerr)
+			return
+		}
+		reqID := w.Header().Get(headerRequestID)
+		if r.Header.Get(headerRequestID) == reqID {
+			reqID += "." + s.newRequestID()
+		}
+		var pr *parsedRequest
+		if ep.name == APIMessages {
+			pr, aerr = s.parseMessages(w, body, reqID)
+		} else {
+			pr, aerr = s.parseResponses(w, body, reqID)
+		}
+		if aerr != nil {
+			fail(aerr)
+			return
+		}
+		if pr.api.prevWorker != "" {
+			if pin != "" && pin != pr.api.prevWorker {
+				fail(badRequest("previous_response_id", "frontend: previous_response_id is stored on worker %s, but %s pins %s", pr.api.prevWorker, HeaderPinWorker, pin))
+				return
+			}
+			pin = pr.api.prevWorker
+		}
+		if max := s.cfg.MaxInflight; max > 0 {
+			if s.active.Add(1) > int64(max) {
+				s.active.Add(-1)
+				fail(s.shedError("global", fmt.Sprintf("frontend: %d requests in flight, the --max-inflight limit; retry after the Retry-After delay", max)))
+				return
+			}
+			defer s.active.Add(-1)
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		if aerr := s.serve(ctx, pr.api.tr, r, ep, pr, reqID, pin, start); aerr != nil {
+			fail(aerr)
+			return
+		}
+		pr.api.tr.Finish()
+		if pr.api.native && pr.api.tr.Usage() != nil {
+			s.countUsage(pr.api.tr.Usage())
+		}
+	}
+}
+
+// failAPI writes e in the shape of the API the client called.
+func (s *Server) failAPI(w http.ResponseWriter, api string, e *apiError) {
+	if api != APIMessages {
+		s.fail(w, e)
+		return
+	}
+	if !e.counted {
+		s.m.errors.WithLabelValues(e.kind).Inc()
+	}
+	if e.retryAfter != "" {
+		w.Header().Set("Retry-After", e.retryAfter)
+	}
+	openai.WriteAnthropicError(w, e.status, e.msg)
+}
+
+// routeChat resolves the model, and tokenizes and hashes a translated
+// request as the chat completion it translates into, so that its prefix
+// routes, and hashes, as the same transcript sent to /v1/chat/completions.
+func (s *Server) routeChat(chat *openai.ChatBody, api *apiRequest) (*parsedRequest, *apiError) {
+	body, err := json.Marshal(chat)
+	if err != nil {
+		return nil, &apiError{status: http.StatusInternalServerError, typ: openai.TypeServer, msg: "frontend: encode chat body: " + err.Error(), kind: errKindBadRequest}
+	}
+	pr := &parsedRequest{body: body, req: chat.Completion(), api: api, workers: s.deps.Workers.List()}
+	var aerr *apiError
+	if pr.model, aerr = s.resolveModel(pr.workers, chat.Model); aerr != nil {
+		return nil, aerr
+	}
+	if len(pr.req.Messages) > 0 {
+		toks, err := pr.model.tok.EncodeChat(pr.req.Messages, routingChatOptions(&pr.req))
+		if err != nil {
+			return nil, badRequest("messages", "frontend: %v", err)
+		}
+		pr.tokens = toks
+	}
+	salt := ""
+	if pr.model.adapter != "" {
+		salt = kvindex.LoRASalt(pr.model.adapter, salt)
+	}
+	bs := pr.model.blockSize
+	pr.hashes = kvindex.HashChain(make([]uint64, 0, len(pr.tokens)/bs), salt, pr.tokens, bs)
+	return pr, nil
+}
+
+func (s *Server) parseMessages(w http.ResponseWriter, body []byte, reqID string) (*parsedRequest, *apiError) {
+	req, fe := openai.DecodeAnthropic(body)
+	if fe != nil {
+		return nil, badRequest(fe.Param, "frontend: %s", fe.Msg)
+	}
+	api := &apiRequest{kind: APIMessages, nativePath: "/v1/messages", raw: body}
+	pr, aerr := s.routeChat(req.Chat(), api)
+	if aerr != nil {
+		return nil, aerr
+	}
+	api.tr = openai.NewAnthropicTranslator(w, req, "msg_"+reqID, len(pr.tokens))
+	return pr, nil
+}
+
+func (s *Server) parseResponses(w http.ResponseWriter, body []byte, reqID string) (*parsedRequest, *apiError) {
+	req, fe := openai.DecodeResponses(body)
+	if fe != nil {
+		return nil, badRequest(fe.Param, "frontend: %s", fe.Msg)
+	}
+	api := &apiRequest{kind: APIResponses, nativePath: "/v1/responses", raw: body, store: req.Store == nil || *req.Store}
+	if id := req.PreviousResponseID; id != "" {
+		wid, ok := s.affinity.get(id)
+		if !ok {
+			return nil, badRequest("previous_response_id", "frontend: previous_response_id %q is not known here: no worker of this deployment stored it, or it was forgotten; send the whole conversation as input", id)
+		}
+		if !slices.ContainsFunc(s.deps.Workers.List(), func(wk Worker) bool { return wk.ID == wid }) {
+			return nil, badRequest("previous_response_id", "frontend: response %q is stored on worker %s, which is gone, and its state went with it; send the whole conversation as input instead of previous_response_id", id, wid)
+		}
+		api.prevWorker = wid
+	}
+	pr, aerr := s.routeChat(req.Chat(nil), api)
+	if aerr != nil {
+		return nil, aerr
+	}
+	api.tr = openai.NewResponsesTranslator(w, req, "resp_"+reqID)
+	if api.store {
+		// Only an engine serving the API stores the response: the id is
+		// known from its answer, and its worker from the route headers.
+		api.tr.OnID = func(id string) {
+			if api.native {
+				s.affinity.put(id, w.Header().Get(HeaderWorker))
+			}
+		}
+	}
+	return pr, nil
+}
+
+// handleCountTokens serves POST /v1/messages/count_tokens from the
+// frontend's tokenizer: the prompt tokens of the chat the Messages request
+// renders into.
+func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	fail := func(e *apiError) { s.failAPI(w, APIMessages, e) }
+	if !s.apiAuthorized(r) {
+		fail(&apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
+			msg: "frontend: missing or wrong API key: send Authorization: Bearer <key> or x-api-key: <key>", kind: errKindUnauthorized})
+		return
+	}
+	body, aerr := s.readClientBody(w, r)
+	if aerr != nil {
+		fail(aerr)
+		return
+	}
+	req, fe := openai.DecodeCountTokens(body)
+	if fe != nil {
+		fail(badRequest(fe.Param, "frontend: %s", fe.Msg))
+		return
+	}
+	pr, aerr := s.routeChat(req.Chat(), nil)
+	if aerr != nil {
+		fail(aerr)
+		return
+	}
+	openai.WriteJSON(w, map[string]int{"input_tokens": len(pr.tokens)})
+}
