@@ -59,7 +59,7 @@ type parsedRequest struct {
 	// what its model name resolved to among them.
 	workers []Worker
 	model   modelRoute
-	api    *apiRequest // a Messages or Responses request; nil for chat and completions
+	api     *apiRequest // a Messages or Responses request; nil for chat and completions
 }
 
 // maxTokens is the request's output limit, max_tokens or else
