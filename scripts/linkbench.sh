@@ -170,7 +170,7 @@ xfer() {
   : >"$OUT/raw-$rate.jsonl"
   for i in $(seq 1 "$XFER_N"); do
     inD "$WORK/bin/rawtcp" pull --addr "$IPP:9200" --bytes "$(numfmt --from=iec-i "${XFER%B}")" >>"$OUT/raw-$rate.jsonl"
-    inD "$SY" linktest --url "$url" --admin-key "$ADMIN" --bytes "$XFER" --json >"$OUT/kvxfer-$rate-$i.json"
+    inD "$SY" linktest --url "$url" --admin-key "$ADMIN" --bytes "$XFER" --json - >"$OUT/kvxfer-$rate-$i.json"
   done
 }
 
@@ -191,7 +191,7 @@ start "$NSD" up "$SY" up --http-addr 127.0.0.1:8000 --workers 1 --prefill-worker
 wait_links "http://127.0.0.1:8000" 1
 : >"$OUT/raw-emu.jsonl"
 for i in $(seq 1 "$XFER_N"); do
-  inD "$SY" linktest --url http://127.0.0.1:8000 --admin-key "$ADMIN" --bytes "$XFER" --json >"$OUT/kvxfer-emu-$i.json"
+  inD "$SY" linktest --url http://127.0.0.1:8000 --admin-key "$ADMIN" --bytes "$XFER" --json - >"$OUT/kvxfer-emu-$i.json"
 done
 inD "$SY" bench disagg --url http://127.0.0.1:8000 "${BENCH_COMMON[@]}" --prompt-tokens "$SIZES" \
   --repeats "$REPEATS" --max-tokens 16 --json "$OUT/field-emu.json" >"$OUT/field-emu.txt"

@@ -153,6 +153,12 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 			cfg.DisaggModes = []string{""} // Validate names the flag
 		}
 	}
+	for _, o := range [][2]string{{"--json", jsonPath}, {"--plot", plotPath}} {
+		if err := checkOutput(o[0], o[1]); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", err)
+			return cfg, "", "", ExitUsage
+		}
+	}
 	if plotPath != "" && !strings.HasSuffix(plotPath, ".png") {
 		fmt.Fprintf(env.Stderr, "switchyard bench: --plot %q: want a .png file name\n", plotPath)
 		return cfg, "", "", ExitUsage
@@ -251,6 +257,10 @@ func runBench(ctx context.Context, args []string, env Env) int {
 	if code >= 0 {
 		return code
 	}
+	jsonOut := env.Stdout
+	if jsonPath == stdoutPath {
+		env.Stdout = env.Stderr // stdout carries the JSON alone
+	}
 	progress := bench.NewProgress(env.Stderr, isTerminal(env.Stderr))
 	var rep *bench.Report
 	var err error
@@ -268,10 +278,10 @@ func runBench(ctx context.Context, args []string, env Env) int {
 				rep.Runs[0].Aggregate.RequestsPerS, cfg.MaxTokens, cfg.Concurrency)
 		}
 		if jsonPath != "" {
-			if werr := bench.WriteJSON(jsonPath, rep); werr != nil {
+			if werr := writeOutput(jsonPath, jsonOut, func(p string) error { return bench.WriteJSON(p, rep) }); werr != nil {
 				err = errors.Join(err, werr)
 			} else {
-				fmt.Fprintf(env.Stderr, "bench: wrote %s\n", jsonPath)
+				wrote(env.Stderr, "bench", jsonPath)
 			}
 		}
 		if plotPath != "" {

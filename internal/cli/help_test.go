@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -111,4 +112,38 @@ func TestCeilingHasNoSchedulerFlags(t *testing.T) {
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(s, "\n")
 	return l
+}
+
+// TestOutputsCheckedBeforeRun: an output a run could not write at its end
+// is refused before the run starts (the URLs here refuse connections, so a
+// run would fail differently, with 1).
+func TestOutputsCheckedBeforeRun(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"bench", "routing", "--url", "http://127.0.0.1:1", "--json", dir + "/no/such/dir/out.json"},
+		{"bench", "routing", "--url", "http://127.0.0.1:1", "--plot", dir},
+		{"preflight", "--url", "http://127.0.0.1:1", "--markdown", dir + "/missing/p.md"},
+		{"preflight", "--url", "http://127.0.0.1:1", "--json", "--prompt-tokens"},
+		{"linktest", "--url", "http://127.0.0.1:1", "--json", dir + "/missing/l.json"},
+		{"simulate", "--trace", simTrace, "--json", dir + "/missing/s.json"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(context.Background(), args, nil, &out, &errb)
+		if code != ExitUsage || !strings.Contains(errb.String(), "--") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming the flag", args, code, errb.String())
+		}
+	}
+}
+
+// TestJSONDashIsStdout: --json - puts the JSON document alone on stdout.
+func TestJSONDashIsStdout(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"simulate", "--trace", simTrace, "--max-requests", "50", "--workers", "2", "--json", "-"}, nil, &out, &errb)
+	var rep map[string]any
+	if code != ExitOK || json.Unmarshal(out.Bytes(), &rep) != nil || rep["runs"] == nil {
+		t.Fatalf("simulate --json -: exit %d, stdout is not the report:\n%.300s\nstderr %.300s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "TTFT") {
+		t.Errorf("the table did not go to stderr: %.300s", errb.String())
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -28,7 +29,7 @@ type linktestCmd struct {
 	adminKey string
 	from, to string
 	bytes    int64
-	json     bool
+	json     string // --json FILE; "-": stdout
 	timeout  time.Duration
 }
 
@@ -59,7 +60,7 @@ func parseLinktest(args []string, env Env) (linktestCmd, int) {
 	fs.StringVar(&c.from, "from", "", "prefill worker id (empty: every prefill worker listed by GET /admin/links)")
 	fs.StringVar(&c.to, "to", "", "decode worker id (empty: every decode worker listed by GET /admin/links)")
 	size := fs.String("bytes", "256MiB", "bytes to transfer per pair, e.g. 64MB, 256MiB, 1GiB (at most 1GiB)")
-	fs.BoolVar(&c.json, "json", false, "print the results as JSON on stdout")
+	fs.StringVar(&c.json, "json", "", "write the results as JSON to `FILE`; - prints them on stdout instead of the table")
 	fs.DurationVar(&c.timeout, "timeout", 0, "per-probe timeout (0: bytes / 10 MB/s + 30 s)")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return c, code
@@ -76,6 +77,9 @@ func parseLinktest(args []string, env Env) (linktestCmd, int) {
 		return bad("--bytes %q: want more than 0 and at most 1GiB", *size)
 	}
 	c.bytes = n
+	if err := checkOutput("--json", c.json); err != nil {
+		return bad("%v", err)
+	}
 	u, err := url.Parse(c.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return bad("--url %q: want http://host:port", c.url)
@@ -240,15 +244,22 @@ func runLinktest(ctx context.Context, args []string, env Env) int {
 			break
 		}
 	}
-	if c.json {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"url": c.url, "results": results}); err != nil {
-			fmt.Fprintf(env.Stderr, "switchyard linktest: write JSON: %v\n", err)
+	if c.json != stdoutPath {
+		writeLinkTable(env.Stdout, results)
+	}
+	if c.json != "" {
+		err := writeOutput(c.json, env.Stdout, func(path string) error {
+			b, err := json.MarshalIndent(map[string]any{"url": c.url, "results": results}, "", "  ")
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(path, append(b, '\n'), 0o644)
+		})
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard linktest: --json: %v\n", err)
 			return ExitFail
 		}
-	} else {
-		writeLinkTable(env.Stdout, results)
+		wrote(env.Stderr, "linktest", c.json)
 	}
 	if failed > 0 || ctx.Err() != nil {
 		fmt.Fprintf(env.Stderr, "switchyard linktest: %d of %d probes failed\n", failed+len(pairs)-len(results), len(pairs))

@@ -102,7 +102,7 @@ func TestLinktestMeasuresEmulatedLink(t *testing.T) {
 
 	t.Run("every pair, JSON", func(t *testing.T) {
 		var out, errb bytes.Buffer
-		code := Main(context.Background(), []string{"linktest", "--url", url, "--admin-key", "sekret", "--bytes", "16MiB", "--json"}, nil, &out, &errb)
+		code := Main(context.Background(), []string{"linktest", "--url", url, "--admin-key", "sekret", "--bytes", "16MiB", "--json", "-"}, nil, &out, &errb)
 		if code != ExitOK {
 			t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
 		}

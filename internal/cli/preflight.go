@@ -15,12 +15,12 @@ func init() {
 	register(command{name: "preflight", summary: "go-live checklist against a running frontend; exit 1 if a check fails", run: runPreflight})
 }
 
-const preflightUsage = `usage: switchyard preflight --url http://FRONTEND [--json] [--markdown FILE] [--prompt-tokens 1500,3000,...]
+const preflightUsage = `usage: switchyard preflight --url http://FRONTEND [--json FILE|-] [--markdown FILE] [--prompt-tokens 1500,3000,...]
 
 Checks a live deployment: inventory, KV events per worker, same-prefix cache
 probe, routing hit ratio, prefill→decode links and the disaggregation math.
 Each check is PASS, WARN or FAIL with its numbers. Progress goes to stderr,
-the report to stdout (a table, or JSON with --json; schema in
+the report to stdout as a table (--json - prints JSON there instead; schema in
 docs/preflight-schema.md). Exit code 0 when nothing fails, 1 when a check
 fails or the frontend cannot be examined, 2 for usage errors.
 
@@ -32,7 +32,7 @@ Example (the field report's 3,000-word prompt is about 3,200 tokens):
 
 // parsePreflight turns the command line into a validated preflight.Config
 // plus the output choices. It returns an exit code, -1 to go on.
-func parsePreflight(args []string, env Env) (cfg preflight.Config, asJSON bool, mdPath string, code int) {
+func parsePreflight(args []string, env Env) (cfg preflight.Config, jsonPath, mdPath string, code int) {
 	cfg = preflight.DefaultConfig()
 	fs := flag.NewFlagSet("preflight", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -42,7 +42,7 @@ func parsePreflight(args []string, env Env) (cfg preflight.Config, asJSON bool, 
 	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer on /v1/* requests")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* and pinned probes (default: --api-key)")
-	fs.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout instead of the table")
+	fs.StringVar(&jsonPath, "json", "", "write the report as JSON to `FILE`; - prints it on stdout instead of the table")
 	fs.StringVar(&mdPath, "markdown", "", "also write the report as Markdown to this file")
 	promptTokens := fs.String("prompt-tokens", "1500,3000,6000", "prompt lengths for the disaggregation math")
 	fs.Float64Var(&cfg.MinHitRatio, "min-hit-ratio", cfg.MinHitRatio, "routing check fails below this hit ratio (warns below 1.0)")
@@ -51,22 +51,32 @@ func parsePreflight(args []string, env Env) (cfg preflight.Config, asJSON bool, 
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
 	fs.Int64Var(&cfg.Seed, "seed", 0, "seed for probe prompts (0 = new prompts every run)")
 	if code := parseFlags(fs, args, env); code >= 0 {
-		return cfg, false, "", code
+		return cfg, "", "", code
 	}
 	var err error
 	if cfg.PromptTokens, err = parseInts(*promptTokens); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard preflight: --prompt-tokens %q: %v (want e.g. 1500,3000,6000)\n", *promptTokens, err)
-		return cfg, false, "", ExitUsage
+		return cfg, "", "", ExitUsage
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard preflight: %v\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-		return cfg, false, "", ExitUsage
+		return cfg, "", "", ExitUsage
 	}
-	return cfg, asJSON, mdPath, -1
+	for _, o := range [][2]string{{"--json", jsonPath}, {"--markdown", mdPath}} {
+		if err := checkOutput(o[0], o[1]); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard preflight: %v\n", err)
+			return cfg, "", "", ExitUsage
+		}
+	}
+	if mdPath == stdoutPath {
+		fmt.Fprintln(env.Stderr, "switchyard preflight: --markdown -: want a file name; the table is already on stdout")
+		return cfg, "", "", ExitUsage
+	}
+	return cfg, jsonPath, mdPath, -1
 }
 
 func runPreflight(ctx context.Context, args []string, env Env) int {
-	cfg, asJSON, mdPath, code := parsePreflight(args, env)
+	cfg, jsonPath, mdPath, code := parsePreflight(args, env)
 	if code >= 0 {
 		return code
 	}
@@ -75,10 +85,17 @@ func runPreflight(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "switchyard preflight: %v\n", err)
 		return ExitFail
 	}
-	if asJSON {
+	if jsonPath == stdoutPath {
 		err = preflight.WriteJSON(env.Stdout, rep)
 	} else {
 		err = preflight.WriteTable(env.Stdout, rep)
+	}
+	if jsonPath != "" && jsonPath != stdoutPath {
+		if werr := writeJSONFile(jsonPath, rep); werr != nil {
+			err = errors.Join(err, werr)
+		} else {
+			wrote(env.Stderr, "preflight", jsonPath)
+		}
 	}
 	if mdPath != "" {
 		if werr := writeMarkdown(mdPath, rep); werr != nil {
@@ -96,6 +113,18 @@ func runPreflight(ctx context.Context, args []string, env Env) int {
 		return ExitFail
 	}
 	return ExitOK
+}
+
+func writeJSONFile(path string, rep *preflight.Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	werr := preflight.WriteJSON(f, rep)
+	if cerr := f.Close(); werr == nil && cerr != nil {
+		werr = fmt.Errorf("--json: %w", cerr)
+	}
+	return werr
 }
 
 func writeMarkdown(path string, rep *preflight.Report) error {

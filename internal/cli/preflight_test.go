@@ -35,7 +35,7 @@ func TestPreflightHealthyJSON(t *testing.T) {
 	f := preflighttest.New(t, preflighttest.Config{Workers: []preflighttest.Worker{{ID: "w1"}, {ID: "w2"}}})
 	md := filepath.Join(t.TempDir(), "report.md")
 	var out, errb bytes.Buffer
-	code := Main(context.Background(), preflightArgs(f.URL, "--json", "--markdown", md), nil, &out, &errb)
+	code := Main(context.Background(), preflightArgs(f.URL, "--json", "-", "--markdown", md), nil, &out, &errb)
 	if code != ExitOK {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
 	}

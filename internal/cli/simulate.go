@@ -43,6 +43,7 @@ simulations. A live report of another slice, SLO or cluster shape is refused.
 type simulateCmd struct {
 	cfg        simulate.Config
 	jsonPath   string
+	jsonOut    io.Writer // where --json - goes: the process's stdout
 	plotPath   string
 	cpuProfile string
 	tile       int
@@ -91,7 +92,7 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed for prompts and the random router")
 	fs.Float64Var(&cfg.GPUHourUSD, "gpu-hour-usd", cfg.GPUHourUSD, "price of one GPU-hour, for cost per million tokens")
 	fs.Float64Var(&c.minGood, "min-good", 0.9, "sweep: recommend only configurations where at least this share of requests meets the SLO")
-	fs.StringVar(&c.jsonPath, "json", "", "write the report (bench's JSON schema plus a simulation object) to this file; with --sweep, the ranked table")
+	fs.StringVar(&c.jsonPath, "json", "", "write the report (bench's JSON schema plus a simulation object) to `FILE`; with --sweep, the ranked table; - prints it on stdout, and the tables on stderr")
 	fs.StringVar(&c.plotPath, "plot", "", "write bench's plots to FILE.png and FILE-hits.png; with --sweep, one plot of the sweep")
 	fs.IntVar(&cfg.Threads, "threads", cfg.Threads, "goroutines stepping workers of an aggregated cluster (1: serial, the fastest measured on 2 cores; 0: one per CPU); the report is the same for any value")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (performance work)")
@@ -150,6 +151,11 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	case !(cfg.TimeScale > 0):
 		return bad("--time-scale %g: want more than 0 (0.5 = twice as fast)", cfg.TimeScale)
 	}
+	for _, o := range [][2]string{{"--json", c.jsonPath}, {"--plot", c.plotPath}, {"--cpuprofile", c.cpuProfile}} {
+		if err := checkOutput(o[0], o[1]); err != nil {
+			return bad("%v", err)
+		}
+	}
 	if c.plotPath != "" && !strings.HasSuffix(c.plotPath, ".png") {
 		return bad("--plot %q: want a .png file name", c.plotPath)
 	}
@@ -189,6 +195,10 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 	c, code := parseSimulate(args, env)
 	if code >= 0 {
 		return code
+	}
+	c.jsonOut = env.Stdout
+	if c.jsonPath == stdoutPath {
+		env.Stdout = env.Stderr // stdout carries the JSON alone
 	}
 	fail := func(code int, err error) int {
 		fmt.Fprintf(env.Stderr, "switchyard simulate: %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
@@ -242,10 +252,10 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 	}
 	writeSimulation(env.Stdout, rep, wall)
 	if c.jsonPath != "" {
-		if err := bench.WriteJSON(c.jsonPath, rep); err != nil {
+		if err := writeOutput(c.jsonPath, c.jsonOut, func(p string) error { return bench.WriteJSON(p, rep) }); err != nil {
 			return fail(ExitFail, err)
 		}
-		fmt.Fprintf(env.Stderr, "simulate: wrote %s\n", c.jsonPath)
+		wrote(env.Stderr, "simulate", c.jsonPath)
 	}
 	if c.plotPath != "" {
 		if err := bench.WritePlots(c.plotPath, rep); err != nil {
@@ -407,11 +417,11 @@ func runSweep(ctx context.Context, c simulateCmd, env Env) int {
 		return ExitFail
 	}
 	if c.jsonPath != "" {
-		if err := simulate.WriteSweepJSON(c.jsonPath, rows, c.sweep, c.minGood); err != nil {
+		if err := writeOutput(c.jsonPath, c.jsonOut, func(p string) error { return simulate.WriteSweepJSON(p, rows, c.sweep, c.minGood) }); err != nil {
 			fmt.Fprintf(env.Stderr, "switchyard simulate: %v\n", err)
 			return ExitFail
 		}
-		fmt.Fprintf(env.Stderr, "simulate: wrote %s\n", c.jsonPath)
+		wrote(env.Stderr, "simulate", c.jsonPath)
 	}
 	if c.plotPath != "" {
 		if err := simulate.WriteSweepPlot(c.plotPath, c.sweep, reps); err != nil {

@@ -80,7 +80,7 @@ const lineRate1G = 125e6
 // line rate, so the transfer adds at least 378.5 MB ÷ 125 MB/s = 3.03 s.
 func TestPreflightDisaggMathOnSlowLink(t *testing.T) {
 	url := up(t, "--workers", "1", "--prefill-workers", "1", "--link-rate", "1gbit", "--disagg", "always")
-	code, out, errOut := preflight(t, url, "--json", "--prompt-tokens", "1500,3300")
+	code, out, errOut := preflight(t, url, "--json", "-", "--prompt-tokens", "1500,3300")
 	if !json.Valid([]byte(out)) {
 		t.Fatalf("preflight --json printed no JSON document:\n%s\n%s", out, errOut)
 	}

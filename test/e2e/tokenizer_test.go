@@ -75,7 +75,7 @@ func TestQwen3TokenizerEndToEnd(t *testing.T) {
 		t.Errorf("chat completion prompt_tokens = %d (%v), want 15 (Qwen3's template)", cc.Usage.PromptTokens, err)
 	}
 
-	code, out, errOut := preflight(t, url, "--json")
+	code, out, errOut := preflight(t, url, "--json", "-")
 	var rep struct {
 		Checks []struct {
 			Name      string `json:"name"`
