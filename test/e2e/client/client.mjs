@@ -2,6 +2,7 @@
 // Usage: node client.mjs <scenario> <baseURL> [json-options]
 // Prints one JSON object on stdout; the Go e2e tests assert on it.
 import OpenAI from "openai";
+import { messages, responses } from "./apis.mjs";
 
 const [scenario, baseURL, rawOpts] = process.argv.slice(2);
 const opts = (rawOpts && JSON.parse(rawOpts)) || {};
@@ -144,7 +145,11 @@ async function routing() {
   return { prefixTexts: texts, rows };
 }
 
-const scenarios = { basic, load, routing };
+const scenarios = {
+  basic, load, routing,
+  responses: () => responses(client, opts, words),
+  messages: () => messages(baseURL, opts, words),
+};
 if (!scenarios[scenario]) {
   console.error(`unknown scenario ${scenario}; want one of ${Object.keys(scenarios).join(", ")}`);
   process.exit(2);
