@@ -312,13 +312,22 @@ func (s *Server) agree(in agreeInput) {
 	}
 }
 
-// inconsistent reports whether worker id's index was found inconsistent.
+// inconsistent reports whether worker id's index was found inconsistent
+// with its engine, or its bridge drifting, and why.
 func (s *Server) inconsistent(id string) (bool, string) {
 	v, ok := s.inflight.Load(id)
 	if !ok {
 		return false, ""
 	}
-	return v.(*workerState).agree.isInconsistent()
+	ws := v.(*workerState)
+	bad, cause := ws.agree.isInconsistent()
+	if _, drifting, dcause := ws.drift.state(); drifting {
+		if bad {
+			return true, cause + "; " + dcause
+		}
+		return true, dcause
+	}
+	return bad, cause
 }
 
 // indexSuspects lists the candidates found inconsistent, nil when none is.

@@ -48,6 +48,9 @@ type Worker struct {
 	// serves itself (APIMessages, APIResponses, APIEmbeddings); a request
 	// to another is translated into a chat completion.
 	APIs []string
+	// Drift is what the worker's bridge could not index of its engine's
+	// KV events, from its load report; nil for Switchyard's own workers.
+	Drift *Drift
 }
 
 // Refusal is a worker that registered but may not serve (model or block size

@@ -55,6 +55,8 @@ type WorkerHealth struct {
 	// Agreement is how the index's predicted cached prefixes compared
 	// with what the worker's engine served (see StateInconsistent).
 	Agreement *AgreementStatus `json:"agreement"`
+	// Drift is the worker's bridge's drop counters, for a bridge.
+	Drift *Drift `json:"drift,omitempty"`
 
 	BlockSize       int    `json:"block_size,omitempty"`
 	KVBlocks        int    `json:"kv_blocks,omitempty"` // KV cache capacity, in blocks of block_size tokens
@@ -112,14 +114,16 @@ func (s *Server) Health() Health {
 				st = got
 			}
 		}
+		s.noteDrift(wk)
 		ag := s.workerState(wk.ID).agree.status()
-		if ag.Inconsistent && st.State == StateHealthy {
+		if bad, cause := s.inconsistent(wk.ID); bad && st.State == StateHealthy {
 			// The events flow, but what they built disagrees with the
-			// engine: a worse state than healthy, a better one than the
-			// others (which already route by the approximate index).
-			st.State, st.Cause = StateInconsistent, ag.Cause
+			// engine (or the bridge drops them): a worse state than
+			// healthy, a better one than the others (which already route
+			// by the approximate index).
+			st.State, st.Cause = StateInconsistent, cause
 		}
-		wh.Events, wh.Agreement = &st, &ag
+		wh.Events, wh.Agreement, wh.Drift = &st, &ag, wk.Drift
 		if wh.Ejected, wh.EjectCause = s.ejection(wk.ID); wh.Ejected {
 			unhealthy = append(unhealthy, fmt.Sprintf("%s ejected: %s", wk.ID, wh.EjectCause))
 		}

@@ -23,7 +23,8 @@ import (
 // Config.EjectProbeEvery and back off to 8 times that while it stays dark.
 type workerState struct {
 	inflight atomic.Int64
-	agree    agreement // index agreement, under its own lock
+	agree    agreement  // index agreement, under its own lock
+	drift    driftState // the bridge's drop counters, under its own lock
 
 	mu         sync.Mutex // guards the fields below
 	fails      int        // consecutive connect failures; a timeout counts as EjectAfter

@@ -52,6 +52,10 @@ func (a adapters) toWorker(w bus.WorkerInfo) frontend.Worker {
 	}
 	if l, ok := a.f.load(w.ID); ok {
 		fw.Load = frontend.Load{Running: l.Running, Waiting: l.Waiting, KVUsage: l.KVUsage}
+		if d := l.Drift; d != nil {
+			fw.Drift = &frontend.Drift{Events: d.Events, OrphanParent: d.OrphanParent, RemovedUnknownBlock: d.RemovedUnknownBlock,
+				BadEvent: d.BadEvent, SkippedGroup: d.SkippedGroup, Rebuilds: d.Rebuilds}
+		}
 	}
 	return fw
 }
