@@ -37,6 +37,8 @@ const (
 	DefaultScrapeEvery   = 500 * time.Millisecond
 	DefaultStartTimeout  = 10 * time.Minute
 	DefaultTailPoll      = time.Second
+	// DefaultReplayBufferSteps is vLLM's default buffer_steps.
+	DefaultReplayBufferSteps = 10000
 )
 
 // Config configures a Bridge.
@@ -62,6 +64,11 @@ type Config struct {
 	// KVReplay is the engine's replay ROUTER endpoint; "" disables replay,
 	// so any loss leads to a rebuild.
 	KVReplay string
+	// ReplayBufferSteps is the engine's replay buffer size in batches
+	// (vLLM's buffer_steps); 0 means DefaultReplayBufferSteps, vLLM's
+	// default. A replay reply shorter than this holds the engine's whole
+	// history (see the package doc, "First contact is not loss").
+	ReplayBufferSteps int
 	// Topic filters the engine's messages by prefix ("" takes all).
 	Topic string
 	// HTTPAddr is where the bridge serves /metrics and /health; "" none.
@@ -105,8 +112,11 @@ type Config struct {
 
 // Status is what a bridge has seen, for /health, metrics and tests.
 type Status struct {
-	Synced         bool      `json:"synced"`
-	LastSeq        uint64    `json:"last_seq"`
+	Synced  bool   `json:"synced"`
+	LastSeq uint64 `json:"last_seq"`
+	// FirstSeq is the number of the engine run's first batch, when seen
+	// (vLLM's is 0).
+	FirstSeq       uint64    `json:"first_seq"`
 	Batches        uint64    `json:"batches"`
 	Malformed      uint64    `json:"malformed"`
 	Gaps           uint64    `json:"gaps"`
@@ -203,6 +213,9 @@ func (c *Config) validate() error {
 	}
 	if c.TailPoll <= 0 {
 		c.TailPoll = DefaultTailPoll
+	}
+	if c.ReplayBufferSteps <= 0 {
+		c.ReplayBufferSteps = DefaultReplayBufferSteps
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = DefaultStartTimeout

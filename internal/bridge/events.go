@@ -52,6 +52,10 @@ type engineBatch struct {
 type seqState struct {
 	synced bool
 	next   uint64 // the engine sequence number expected next
+	// fresh: nothing of the engine's current run has been seen, so the
+	// number of its first batch is unknown (vLLM's is 0, others' may be
+	// any); see firstContact.
+	fresh bool
 	// dupBelow: right after a replay, live messages below it are copies
 	// of replayed ones, not a restart.
 	dupBelow uint64
@@ -72,14 +76,18 @@ func (b *Bridge) process(ctx context.Context) error {
 		case err != nil:
 			b.rebuild(&s, fmt.Sprintf("start-up replay failed: %v", err))
 		case len(got) == 0:
-			s.synced = true // the engine has published nothing: it holds nothing
-		case got[0].seq != 0:
-			b.rebuild(&s, fmt.Sprintf("start-up replay begins at seq %d, not 0: the engine's earlier blocks are unknown", got[0].seq))
+			// The engine has published nothing: it holds nothing. Its
+			// first batch may carry any number.
+			s.synced, s.fresh = true, true
+		case got[0].seq != 0 && !b.firstContact(got, nil):
+			b.rebuild(&s, fmt.Sprintf("start-up replay begins at seq %d and fills the engine's buffer of %d batches: the engine's earlier blocks are unknown", got[0].seq, b.cfg.ReplayBufferSteps))
+			s.next = got[0].seq // one rebuild for the one loss
 			if err := b.applyRun(&s, got); err != nil {
 				return err
 			}
 		default:
-			s.synced = true
+			b.firstSeen(got[0].seq, "start-up replay")
+			s.synced, s.next = true, got[0].seq
 			if err := b.applyRun(&s, got); err != nil {
 				return err
 			}
@@ -143,6 +151,8 @@ func (b *Bridge) process(ctx context.Context) error {
 
 func (b *Bridge) onLive(ctx context.Context, s *seqState, eb engineBatch) error {
 	switch {
+	case s.synced && s.fresh && eb.seq != s.next:
+		return b.firstLive(ctx, s, eb)
 	case s.synced && eb.seq == s.next:
 		s.dupBelow = 0
 		return b.apply(s, eb)
@@ -161,7 +171,7 @@ func (b *Bridge) onLive(ctx context.Context, s *seqState, eb engineBatch) error 
 			s.dupBelow = 0
 			return b.apply(s, eb)
 		}
-		return b.recover(ctx, s, eb, fmt.Sprintf("engine restarted; first batch seen is seq %d", eb.seq))
+		return b.firstLive(ctx, s, eb)
 	default:
 		// Not synced (started without replay): take the stream from
 		// here; the rebuild hold covers what came before.
@@ -171,15 +181,72 @@ func (b *Bridge) onLive(ctx context.Context, s *seqState, eb engineBatch) error 
 	}
 }
 
+// firstContact says whether a replay reply got, asked for from seq 0
+// while nothing of the engine's run has been applied, holds the run's whole
+// history, so that its first batch is the run's first and not a sign of
+// loss. That is so when the reply starts exactly at live, the first live
+// batch after a start-up replay that returned nothing (live nil: not
+// applicable), or when the buffer is not full (fewer batches than the
+// engine's buffer_steps, Config.ReplayBufferSteps), since an engine evicts
+// from its buffer only once it is full.
+func (b *Bridge) firstContact(got []engineBatch, live *engineBatch) bool {
+	switch {
+	case len(got) == 0:
+		return false
+	case live != nil && got[0].seq == live.seq:
+		return true
+	case live != nil && got[0].seq > live.seq:
+		return false // the buffer no longer holds the live batch: it moved on
+	}
+	return len(got) < b.cfg.ReplayBufferSteps
+}
+
+// firstSeen records the number of the engine run's first batch.
+func (b *Bridge) firstSeen(seq uint64, from string) {
+	b.mu.Lock()
+	b.st.FirstSeq = seq
+	b.mu.Unlock()
+	if seq != 0 {
+		b.log.Info("engine numbers its batches from a number other than 0: first contact, not loss", "first_seq", seq, "seen_in", from)
+	}
+}
+
+// firstLive handles the first live batch of an engine run that has
+// published nothing the bridge saw, when it is not numbered 0: replay
+// tells whether it is the run's first (see firstContact) or whether
+// batches before it were lost.
+func (b *Bridge) firstLive(ctx context.Context, s *seqState, eb engineBatch) error {
+	if b.cfg.KVReplay == "" {
+		return b.recover(ctx, s, eb, fmt.Sprintf("first batch seen is seq %d", eb.seq))
+	}
+	got, err := b.replay(ctx, 0)
+	if err != nil || !b.firstContact(got, &eb) {
+		// Fall back on the general path, which asks again and rebuilds.
+		return b.recover(ctx, s, eb, fmt.Sprintf("first batch seen is seq %d and replay does not show it as the engine's first", eb.seq))
+	}
+	b.firstSeen(got[0].seq, "replay of the first live batch")
+	s.next = got[0].seq
+	if err := b.applyRun(s, got); err != nil {
+		return err
+	}
+	s.dupBelow = s.next
+	if eb.seq >= s.next {
+		// Published after the replay's snapshot of the buffer.
+		return b.onLive(ctx, s, eb)
+	}
+	return nil
+}
+
 // restarted handles a new run of the engine, whose cache started empty:
-// clear in band and expect its sequence from 0.
+// clear in band and take its first batch, whatever its number, as its
+// first (see firstContact).
 func (b *Bridge) restarted(s *seqState, cause string) {
 	b.mu.Lock()
 	b.st.Restarts++
 	b.mu.Unlock()
 	b.log.Warn("engine restarted", "cause", cause)
 	b.publish([]kvevents.Event{{Kind: kvevents.Cleared}}, func() { b.mirror.Reset() })
-	s.synced, s.next, s.dupBelow = true, 0, 0
+	s.synced, s.next, s.dupBelow, s.fresh = true, 0, 0, true
 }
 
 // tailPoll asks replay for batches after the last one applied and applies
@@ -188,6 +255,17 @@ func (b *Bridge) tailPoll(ctx context.Context, s *seqState) error {
 	got, err := b.replay(ctx, s.next)
 	if err != nil || len(got) == 0 {
 		return nil // nothing new, or the engine is away: the next batch will tell
+	}
+	if s.fresh && b.firstContact(got, nil) {
+		// The run's first batches, which the SUB missed (it joined
+		// late), or which an engine numbering from another number sent.
+		b.firstSeen(got[0].seq, "replay while idle")
+		s.next = got[0].seq
+		if err := b.applyRun(s, got); err != nil {
+			return err
+		}
+		s.dupBelow = s.next
+		return nil
 	}
 	b.mu.Lock()
 	b.st.Gaps++
@@ -280,7 +358,10 @@ func (b *Bridge) applyRun(s *seqState, run []engineBatch) error {
 // apply decodes and applies one batch, the next in sequence. An undecodable
 // payload loses that batch's events for good: the mirror is rebuilt.
 func (b *Bridge) apply(s *seqState, eb engineBatch) error {
-	s.synced = true
+	if s.fresh && eb.seq == 0 {
+		b.firstSeen(0, "live")
+	}
+	s.synced, s.fresh = true, false
 	s.next = eb.seq + 1
 	var batch enginewire.Batch
 	if err := enginewire.DecodeBatch(eb.payload, &batch); err != nil {

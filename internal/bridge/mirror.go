@@ -3,6 +3,7 @@ package bridge
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
@@ -52,7 +53,7 @@ type Stats struct {
 	Skipped        uint64 // events of another KV group or attention kind
 	UnknownKind    uint64 // events of a type this bridge does not know
 	UnknownRemoved uint64 // BlockRemoved hashes the mirror did not hold
-	Orphans        uint64 // BlockStored events whose parent the mirror did not hold (not indexed)
+	Orphans        uint64 // BlockStored events whose parent the mirror did not hold (indexed under an unknown-parent root)
 	Partial        uint64 // blocks with fewer tokens than the block size (not indexed)
 	UnknownMedium  uint64 // events naming a medium this bridge does not know (indexed as disk)
 	BadEvents      uint64 // events inconsistent in themselves (token count, extra keys)
@@ -242,11 +243,21 @@ func (m *Mirror) stored(e *enginewire.Event) error {
 	parent := kvindex.Root(salt)
 	if e.HasParent {
 		p, ok := m.sy.Get(e.Parent)
-		if !ok || p == 0 {
+		switch {
+		case !ok && e.Parent == 0:
+			// No block has engine hash 0: the engine's way of writing
+			// "no parent" (seen from vLLM-compatible engines).
+		case !ok || p == 0:
+			// The parent's event was lost, or was a partial page. The
+			// chain is kept under a root of its own, from the parent's
+			// engine hash: no prompt can match it, but the engine's later
+			// blocks link to it and its removals are recognised, instead
+			// of each one counting as an unknown removal.
 			m.stats.Orphans++
-			return nil
+			parent = orphanRoot(e.Parent, salt)
+		default:
+			parent = p
 		}
-		parent = p
 	}
 	start := len(m.hashes)
 	firstParent := parent
@@ -393,10 +404,24 @@ func (m *Mirror) extraKeys(e *enginewire.Event, n int) (string, error) {
 			m.extra[0] = 0
 		}
 	}
-	if e.LoraName != "" {
+	switch {
+	case e.LoraName != "":
 		salt = kvindex.LoRASalt(e.LoraName, salt)
+	case e.LoraID != 0:
+		// An engine that names adapters by id only: a root of their own
+		// (never the base model's), which no prompt matches until the
+		// frontend knows the adapter by that id.
+		salt = kvindex.LoRASalt("#"+strconv.FormatInt(e.LoraID, 10), salt)
 	}
 	return salt, nil
+}
+
+// orphanRoot is the root a chain whose parent block is unknown is hashed
+// under: one per parent engine hash (and salt), so the same orphan chain
+// always gets the same Switchyard hashes, none of which a prompt's chain
+// (from kvindex.Root) can reach.
+func orphanRoot(parent uint64, salt string) uint64 {
+	return kvindex.Mix(kvindex.Root(salt) ^ kvindex.Mix(parent^0x0ff5e7_0ff5e7))
 }
 
 // foldBytes mixes b into h (FNV-1a, never returning 0).

@@ -41,6 +41,7 @@ func TestUsageErrors(t *testing.T) {
 		{"up: wire quirk without the wire", []string{"up", "--kv-events-parent-zero"}, "add --engine-wire vllm"},
 		{"up: drop share above 1", []string{"up", "--engine-wire", "vllm", "--kv-events-drop", "2"}, "drop share 2: want 0..1"},
 		{"worker: wire quirk without the wire", []string{"worker", "--kv-events-first-seq", "1"}, "add --kv-events-wire vllm"},
+		{"bridge: zero replay buffer", []string{"worker", "--engine", "vllm", "--kv-replay-buffer", "0"}, "--kv-replay-buffer 0: want at least 1"},
 		{"worker: negative event batch", []string{"worker", "--kv-events-wire", "vllm", "--kv-events-batch", "-1"}, "want 0 (one batch per step)"},
 		{"ceiling: no trace", []string{"ceiling"}, "--trace"},
 		{"ceiling: disk without host tier", []string{"ceiling", "--trace", "t.jsonl", "--kv-disk-gib", "1"}, "--kv-offload-gib"},

@@ -57,6 +57,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.Var(&f.events, "kv-events", "sim: true/false, publish KV events (false demonstrates the frontend's health check); with --kv-events-wire vllm, the ZMQ endpoint to bind the PUB socket on (default tcp://127.0.0.1:5557);\nvllm/sglang: the engine's ZMQ PUB endpoint to dial, e.g. tcp://HOST:5557")
 	fs.StringVar(&f.bridge.KVEventsListen, "kv-events-listen", "", "vllm/sglang: bind this ZMQ endpoint instead, for an engine whose kv-events endpoint connects")
 	fs.StringVar(&f.replay, "kv-replay", "", "vllm/sglang: the engine's replay ROUTER endpoint to dial (its replay_endpoint), so lost batches are recovered; sim with --kv-events-wire vllm: where to bind it")
+	fs.IntVar(&f.bridge.ReplayBufferSteps, "kv-replay-buffer", bridge.DefaultReplayBufferSteps, "vllm/sglang: the engine's replay buffer in batches (its kv-events-config buffer_steps): a replay shorter than this holds the engine's whole history, so a first batch numbered above 0 is not loss; sim with --kv-events-wire vllm: the buffer to keep")
 	fs.StringVar(&f.bridge.Topic, "kv-topic", "", "vllm/sglang: take only messages whose topic starts with this")
 	fs.StringVar(&f.bridge.EngineURL, "engine-url", "", "vllm/sglang: the engine's OpenAI endpoint, e.g. http://HOST:8000 (registered as the worker's URL)")
 	fs.IntVar(&f.bridge.MaxModelLen, "max-model-len", 0, "vllm/sglang: expected max_model_len (0: the engine's); a mismatch refuses to start")
@@ -76,6 +77,14 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return f, code
 	}
+	if f.bridge.ReplayBufferSteps < 1 {
+		fmt.Fprintf(env.Stderr, "switchyard worker: --kv-replay-buffer %d: want at least 1 (vLLM's default is %d)\n", f.bridge.ReplayBufferSteps, bridge.DefaultReplayBufferSteps)
+		return f, ExitUsage
+	}
+	if err := checkWireQuirks(f.quirks, f.wireArr, f.wire == "vllm", "--kv-events-wire"); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return f, ExitUsage
+	}
 	switch f.engine {
 	case "sim":
 	case bridge.EngineVLLM, bridge.EngineSGLang:
@@ -86,10 +95,6 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 		return parseBridgeFlags(fs, f, env)
 	default:
 		fmt.Fprintf(env.Stderr, "switchyard worker: --engine %q: want sim, vllm or sglang\n", f.engine)
-		return f, ExitUsage
-	}
-	if err := checkWireQuirks(f.quirks, f.wireArr, f.wire == "vllm", "--kv-events-wire"); err != nil {
-		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return f, ExitUsage
 	}
 	switch f.wire {
@@ -108,7 +113,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 			ep = "tcp://127.0.0.1:5557"
 		}
 		f.node.EngineWire = &vllmpub.Config{Endpoint: ep, ReplayEndpoint: f.replay, LegacyReplay: f.wireOld,
-			Layout: enginewire.Layout{ArrayEvents: f.wireArr}, Quirks: f.quirks}
+			Layout: enginewire.Layout{ArrayEvents: f.wireArr}, Quirks: f.quirks, BufferSteps: f.bridge.ReplayBufferSteps}
 	default:
 		fmt.Fprintf(env.Stderr, "switchyard worker: --kv-events-wire %q: want vllm\n", f.wire)
 		return f, ExitUsage

@@ -217,6 +217,9 @@ func eventField(r *reader, e *Event, name, prevLora, prevSalt string) {
 		if e.Medium == MediumUnknown && string(p) != e.MediumName {
 			e.MediumName = string(p)
 		}
+	case "lora_id":
+		v, _ := r.integer("lora_id") // vLLM's lora_int_id: any width
+		e.LoraID = int64(v)
 	case "lora_name":
 		e.LoraName = sameOr(r.strBytes("lora_name"), prevLora)
 	case "cache_salt":

@@ -34,6 +34,7 @@ type eventView struct {
 	BlockSize int        `json:"block_size,omitempty"`
 	Medium    string     `json:"medium"`
 	MedName   string     `json:"medium_name,omitempty"`
+	LoraID    int64      `json:"lora_id,omitempty"`
 	Lora      string     `json:"lora_name,omitempty"`
 	Salt      string     `json:"cache_salt,omitempty"`
 	Extra     [][]string `json:"extra_keys,omitempty"`
@@ -50,7 +51,7 @@ func viewOf(t testing.TB, b *Batch) view {
 	for i := range b.Events {
 		e := &b.Events[i]
 		ev := eventView{Kind: e.Kind.String(), Tokens: len(e.TokenIDs), BlockSize: e.BlockSize,
-			Medium: e.Medium.String(), Lora: e.LoraName, Salt: e.CacheSalt, Group: e.GroupIdx, Skip: e.Skip.String()}
+			Medium: e.Medium.String(), LoraID: e.LoraID, Lora: e.LoraName, Salt: e.CacheSalt, Group: e.GroupIdx, Skip: e.Skip.String()}
 		if e.Medium == MediumUnknown {
 			ev.MedName = e.MediumName
 		}
@@ -176,6 +177,23 @@ func TestGoldenFacts(t *testing.T) {
 	}
 	if b.Events[3].Kind != 0 {
 		t.Errorf("unknown event type decoded as %v", b.Events[3].Kind)
+	}
+	b = dec("third_party_engine")
+	if e := b.Events[0]; !e.HasParent || e.Parent != 0 || len(e.BlockHashes) != 3 || e.BlockHashes[2] != ^uint64(2) || len(e.TokenIDs) != 48 {
+		t.Errorf("root block with parent 0, three blocks = %+v", e)
+	}
+	if got := b.Events[0].TokenIDs[47]; got != 1<<31+47 {
+		t.Errorf("token id above 2^31 = %d", got)
+	}
+	if e := b.Events[2]; e.LoraID != 3 || e.LoraName != "sql-adapter" || e.RawExtraKeys == nil {
+		t.Errorf("adapter block = %+v", e)
+	}
+	b = dec("third_party_map_minimal")
+	if e := b.Events[0]; e.HasParent || e.Medium != MediumGPU || e.LoraName != "" {
+		t.Errorf("minimal root block = %+v", e)
+	}
+	if e := b.Events[1]; e.LoraID != 7 || e.LoraName != "" || e.HasParent {
+		t.Errorf("block with lora_id alone = %+v", e)
 	}
 	b = dec("skipped_groups")
 	for i, want := range []Skip{SkipGroup, SkipSpec, SkipGroup, SkipNone} {

@@ -91,6 +91,9 @@ func appendEvent(dst []byte, e *Event, l Layout) []byte {
 		fields = []field{{"block_hashes", hashes}, {"parent_block_hash", parent}, {"token_ids", tokens},
 			{"block_size", func(d []byte) []byte { return msgpack.AppendInt(d, int64(e.BlockSize)) }},
 			{"lora_id", nil}, {"medium", medium}}
+		if e.LoraID != 0 {
+			fields[4].put = func(d []byte) []byte { return msgpack.AppendInt(d, e.LoraID) }
+		}
 		if e.LoraName != "" {
 			fields = append(fields, field{"lora_name", func(d []byte) []byte { return msgpack.AppendStr(d, e.LoraName) }})
 		}

@@ -105,7 +105,10 @@ type Event struct {
 	// when Medium is MediumUnknown.
 	Medium     Medium
 	MediumName string
-	LoraName   string
+	// LoraID and LoraName name the LoRA adapter whose blocks these are;
+	// 0 and "" for the base model.
+	LoraID   int64
+	LoraName string
 	// CacheSalt is SGLang's cache_salt field when sent as a map key; vLLM
 	// carries the salt inside RawExtraKeys instead (see ExtraKeys).
 	CacheSalt string

@@ -82,3 +82,27 @@ write("skipped_groups", [TS, [
     {"type": "BlockRemoved", "block_hashes": [3], "group_idx": 2},
     ["BlockStored", [4], None, list(range(16)), 16, None, "GPU", None, None, 0, "full_attention"],
 ]])
+
+# A third-party vLLM-compatible engine, as seen on the wire: array events
+# with parent_block_hash 0 for a root block, several blocks per
+# BlockStored, token ids above 2**31 (a test-mode tokenizer), hashes above
+# 2**63, and an adapter's blocks with lora_id and lora_name (the name also
+# in every block's extra_keys, as vLLM puts it).
+big = [2**31 + i for i in range(48)]
+write("third_party_engine", [TS, [
+    ["BlockStored", [2**63 + 1, 2**63 + 2, 2**64 - 3], 0, big, 16, None, "GPU", None, None],
+    ["BlockStored", [2**63 + 4], 2**64 - 3, list(range(16)), 16, None, "GPU", None, None],
+    ["BlockStored", [2**63 + 5, 2**63 + 6], 0, list(range(100, 132)), 16, 3, "GPU", "sql-adapter",
+     [["sql-adapter"], ["sql-adapter"]]],
+    ["BlockRemoved", [2**63 + 4], "GPU"],
+], 0])
+
+# The same engine's map form with the optional fields left out entirely:
+# no parent_block_hash key for a root, no medium, no lora fields; lora_id
+# alone on an adapter's root block (an engine that names adapters by id).
+write("third_party_map_minimal", [TS, [
+    {"type": "BlockStored", "block_hashes": [21], "token_ids": list(range(16)), "block_size": 16},
+    {"type": "BlockStored", "block_hashes": [22], "token_ids": list(range(16, 32)), "block_size": 16,
+     "lora_id": 7},
+    {"type": "BlockRemoved", "block_hashes": [21]},
+]])
