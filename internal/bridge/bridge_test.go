@@ -276,3 +276,20 @@ func TestBridgeDriftInLoadReport(t *testing.T) {
 		}
 	}
 }
+
+// vLLM keeps one lora_requests_info series per state it has been in; the
+// latest (highest value) is the state now.
+func TestParseMetricsLoRAInfo(t *testing.T) {
+	text := `vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters=""} 1.7e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="b",waiting_lora_adapters="c"} 1.8e+09
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.75e+09
+`
+	_, labels := ParseMetrics(strings.NewReader(text))
+	l := labels[loraInfoMetric]
+	if got := adapterList(l["running_lora_adapters"]); len(got) != 1 || got[0] != "b" || l["waiting_lora_adapters"] != "c" {
+		t.Errorf("latest state %v, want running [b] waiting c", l)
+	}
+	if got := adapterList(" a, ,b "); len(got) != 2 || got[0] != "a" || got[1] != "b" {
+		t.Errorf("adapterList = %q", got)
+	}
+}

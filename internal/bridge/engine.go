@@ -94,8 +94,9 @@ var engineMetrics = map[string]metricNames{
 func (b *Bridge) scrape(ctx context.Context) bus.LoadReport {
 	r := bus.LoadReport{WorkerID: b.cfg.ID, UnixNano: time.Now().UnixNano()}
 	up := b.healthy(ctx)
-	vals, capBlocks, err := b.metrics(ctx)
+	vals, capBlocks, lora, err := b.metrics(ctx)
 	if err == nil {
+		r.LoRA = lora
 		n := engineMetrics[b.cfg.Engine]
 		r.Running = int(vals[n.running])
 		r.Waiting = int(vals[n.waiting])
@@ -146,29 +147,49 @@ func (b *Bridge) healthy(ctx context.Context) bool {
 // metrics fetches /metrics and sums each sample name over its label sets.
 // capBlocks is the KV capacity in blocks when the engine says it (vLLM's
 // cache_config_info num_gpu_blocks label; SGLang's max_total_num_tokens).
-func (b *Bridge) metrics(ctx context.Context) (vals map[string]float64, capBlocks int, err error) {
+func (b *Bridge) metrics(ctx context.Context) (vals map[string]float64, capBlocks int, lora *bus.LoRAState, err error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.EngineURL+"/metrics", nil)
 	resp, err := b.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+		return nil, 0, nil, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	vals, labels := ParseMetrics(io.LimitReader(resp.Body, 16<<20))
+	if l, ok := labels[loraInfoMetric]; ok {
+		lora = &bus.LoRAState{Running: adapterList(l["running_lora_adapters"]), Waiting: adapterList(l["waiting_lora_adapters"])}
+		lora.Max, _ = strconv.Atoi(l["max_lora"])
+	}
 	if v, ok := labels["vllm:cache_config_info"]["num_gpu_blocks"]; ok {
 		capBlocks, _ = strconv.Atoi(v)
 	}
 	if t, ok := vals["sglang:max_total_num_tokens"]; ok && b.cfg.BlockSize > 0 {
 		capBlocks = int(t) / b.cfg.BlockSize
 	}
-	return vals, capBlocks, nil
+	return vals, capBlocks, lora, nil
+}
+
+// loraInfoMetric is vLLM's LoRA state: a gauge whose labels are the state
+// and whose value is when it began, one series per state it has been in.
+const loraInfoMetric = "vllm:lora_requests_info"
+
+// adapterList splits a lora_requests_info label's comma-separated names.
+func adapterList(s string) []string {
+	var out []string
+	for _, n := range strings.Split(s, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // ParseMetrics reads Prometheus text exposition: it sums the values of each
 // sample name over its label sets (so data-parallel ranks add up) and keeps
-// the labels of each name's last sample. Lines it cannot read are skipped.
+// the labels of each name's last sample (of vllm:lora_requests_info, the
+// latest state: its highest sample). Lines it cannot read are skipped.
 func ParseMetrics(r io.Reader) (vals map[string]float64, labels map[string]map[string]string) {
 	vals = make(map[string]float64)
 	labels = make(map[string]map[string]string)
@@ -196,6 +217,14 @@ func ParseMetrics(r io.Reader) (vals map[string]float64, labels map[string]map[s
 		}
 		v, err := strconv.ParseFloat(f[0], 64)
 		if err != nil {
+			continue
+		}
+		if name == loraInfoMetric {
+			if _, seen := labels[name]; seen && v < vals[name] {
+				continue
+			}
+			vals[name] = v
+			labels[name] = parseLabels(lbl)
 			continue
 		}
 		vals[name] += v

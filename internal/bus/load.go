@@ -31,6 +31,19 @@ type LoadReport struct {
 	// Drift is set by bridges only (nil for Switchyard's own workers):
 	// what the bridge received from its engine and could not index.
 	Drift *Drift `json:"drift,omitempty"`
+	// LoRA is the worker's LoRA adapter slots; nil when it serves none.
+	LoRA *LoRAState `json:"lora,omitempty"`
+}
+
+// LoRAState is a worker's LoRA adapters, as vLLM's
+// vllm:lora_requests_info reports them.
+type LoRAState struct {
+	Max     int      `json:"max_loras"`         // adapters in GPU memory at once
+	Running []string `json:"running,omitempty"` // adapters of running requests
+	Waiting []string `json:"waiting,omitempty"` // adapters of requests waiting to be scheduled
+	// Resident are the adapters in GPU memory, when the worker can tell
+	// (the simulator); a bridge knows only Running.
+	Resident []string `json:"resident,omitempty"`
 }
 
 // Drift counts, since the bridge started, the engine events it received and

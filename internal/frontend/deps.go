@@ -83,6 +83,12 @@ type RouteRequest struct {
 	// them by the approximate index, as workers whose events are not
 	// healthy. Nil when there are none.
 	IndexSuspect []string
+	// Adapter is the LoRA adapter the request names as its model; "" for
+	// a base model. A Router may prefer workers that hold it.
+	Adapter string
+	// BlockSize is the block size of the candidates' model, which Hashes
+	// are made of; 0 means the frontend's default.
+	BlockSize int
 }
 
 // Decision is the router's answer.

@@ -397,7 +397,7 @@ func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, cand
 		ids[i] = wk.ID
 	}
 	dec, err := s.deps.Router.Pick(ctx, RouteRequest{RequestID: reqID, Hashes: pr.hashes, PromptTokens: len(pr.tokens), MaxTokens: maxTokens, Candidates: ids,
-		IndexSuspect: s.indexSuspects(ids)})
+		IndexSuspect: s.indexSuspects(ids), Adapter: pr.model.adapter, BlockSize: pr.model.blockSize})
 	if err != nil {
 		return Decision{}, fmt.Errorf("frontend: router: %w", err)
 	}

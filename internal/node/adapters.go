@@ -98,12 +98,22 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 			p := w.Profile
 			cands[i].Profile = &p
 		}
+		if req.Adapter != "" {
+			cands[i].Adapter = a.f.adapterState(id, req.Adapter)
+		}
 	}
-	d, err := a.f.router.Pick(&router.Request{ID: req.RequestID, Hashes: req.Hashes, PromptTokens: req.PromptTokens, OutputTokens: req.MaxTokens, BlockSize: a.f.cfg.BlockSize}, cands)
+	bs := req.BlockSize
+	if bs == 0 {
+		bs = a.f.cfg.BlockSize
+	}
+	d, err := a.f.router.Pick(&router.Request{ID: req.RequestID, Hashes: req.Hashes, PromptTokens: req.PromptTokens, OutputTokens: req.MaxTokens, BlockSize: bs}, cands)
 	if err != nil {
 		return frontend.Decision{}, err
 	}
 	a.f.share.Approx(d.Worker, req.Hashes, time.Now())
+	if req.Adapter != "" {
+		a.f.routedAdapter(d.Worker, req.Adapter)
+	}
 	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx, IndexBlocks: d.IndexBlocks,
 		TierBlocks: [3]int{int(d.Tiers[0]), int(d.Tiers[1]), int(d.Tiers[2])}}, nil
 }
@@ -158,7 +168,7 @@ func (a adapters) Decide(_ context.Context, in frontend.GateInput) frontend.Gate
 	if !okD {
 		return frontend.GateDecision{Reason: "decode worker unknown"}
 	}
-	bs := a.f.cfg.BlockSize
+	bs := d.BlockSize // the decode worker's model's, which the overlaps count in
 	gi := a.gateInput(gate.Mode(in.Mode), in.PromptTokens, in.DecodeOverlapBlocks*bs, in.PrefillOverlapBlocks*bs, d, p, true)
 	dec := a.f.gate.Decide(gi)
 	if in.RequestID != "" {

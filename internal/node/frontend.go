@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -129,8 +130,12 @@ type Frontend struct {
 	// worker's egress would each measure a fraction of the link.
 	probeMu sync.Mutex
 
-	loadMu sync.RWMutex // guards loads
+	loadMu sync.RWMutex // guards loads and adapters
 	loads  map[string]bus.LoadReport
+	// adapters holds, per worker, when this frontend last sent it a
+	// request for each LoRA adapter: the adapter is in its GPU memory from
+	// then on, before a load report can say so.
+	adapters map[string]map[string]time.Time
 
 	decMu     sync.Mutex // guards decisions
 	decisions map[string]gate.Decision
@@ -185,7 +190,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}()
 	f := &Frontend{
 		cfg: cfg, log: cfg.Logger.With("component", "frontend"),
-		loads: map[string]bus.LoadReport{}, decisions: map[string]gate.Decision{},
+		loads: map[string]bus.LoadReport{}, adapters: map[string]map[string]time.Time{}, decisions: map[string]gate.Decision{},
 		client:    &http.Client{Timeout: 5 * time.Minute},
 		changed:   make(chan struct{}, 1),
 		probeKick: make(chan struct{}, 1),
@@ -474,6 +479,7 @@ func (f *Frontend) onChange(c bus.Change) {
 		f.gate.Links().Forget(id)
 		f.loadMu.Lock()
 		delete(f.loads, id)
+		delete(f.adapters, id)
 		f.loadMu.Unlock()
 	}
 }
@@ -506,19 +512,59 @@ func (f *Frontend) workerAlive(ctx context.Context, w bus.WorkerInfo) error {
 }
 
 func (f *Frontend) observeLoad(r bus.LoadReport) {
-	if _, ok := f.watcher.Worker(r.WorkerID); !ok {
+	w, ok := f.watcher.Worker(r.WorkerID)
+	if !ok {
 		return // a departed or unknown worker must not leave state behind
 	}
 	f.loadMu.Lock()
 	f.loads[r.WorkerID] = r
 	f.loadMu.Unlock()
-	bs := f.cfg.BlockSize
+	bs := w.BlockSize // its model's; the registry refused any other
 	f.router.ObserveLoad(r.WorkerID, router.LoadReport{
 		QueuedPrefillBlocks: (r.QueuedPrefillTokens + bs - 1) / bs,
 		ActiveDecodeBlocks:  r.ActiveDecodeBlocks,
 		Running:             r.Running, Waiting: r.Waiting,
 		TakenAt: time.Unix(0, r.UnixNano),
 	})
+}
+
+// adapterHeldFor is how long a worker counts as holding an adapter this
+// frontend sent it a request for: past a load report's lag (250 ms), so
+// the report speaks by then, and past the requests that follow a first one
+// in a burst.
+const adapterHeldFor = 2 * time.Second
+
+// routedAdapter notes that worker was sent a request for adapter.
+func (f *Frontend) routedAdapter(worker, adapter string) {
+	f.loadMu.Lock()
+	defer f.loadMu.Unlock()
+	m := f.adapters[worker]
+	if m == nil {
+		m = map[string]time.Time{}
+		f.adapters[worker] = m
+	}
+	m[adapter] = time.Now()
+}
+
+// adapterState is where adapter stands on worker, from its last load
+// report (vLLM's lora_requests_info) and this frontend's recent requests.
+func (f *Frontend) adapterState(worker, adapter string) router.AdapterState {
+	f.loadMu.RLock()
+	defer f.loadMu.RUnlock()
+	if t, ok := f.adapters[worker][adapter]; ok && time.Since(t) < adapterHeldFor {
+		return router.AdapterReady
+	}
+	l := f.loads[worker].LoRA
+	if l == nil {
+		return router.AdapterLoad // no word of its slots
+	}
+	if slices.Contains(l.Running, adapter) || slices.Contains(l.Resident, adapter) {
+		return router.AdapterReady
+	}
+	if l.Max > 0 && max(len(l.Running), len(l.Resident)) >= l.Max {
+		return router.AdapterSwap
+	}
+	return router.AdapterLoad
 }
 
 func (f *Frontend) load(id string) (bus.LoadReport, bool) {

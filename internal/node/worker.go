@@ -273,6 +273,7 @@ func (w *Worker) loadReport() bus.LoadReport {
 		WorkerID: w.cfg.Sim.ID, Running: l.Running, Waiting: l.Waiting,
 		QueuedPrefillTokens: l.QueuedPrefillTokens, ActiveDecodeBlocks: l.ActiveDecodeBlocks,
 		KVUsage: l.KVUsage, UsedBlocks: l.UsedBlocks, TotalBlocks: l.TotalBlocks, UnixNano: time.Now().UnixNano(),
+		LoRA: w.sim.LoRAState(),
 	}
 }
 

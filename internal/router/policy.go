@@ -57,7 +57,23 @@ type Worker struct {
 	// Profile is the worker's registered timing profile, which prices its
 	// lower-tier hits (see the package doc). Nil: they are worth nothing.
 	Profile *bus.Profile
+	// Adapter is where the request's LoRA adapter stands on the worker;
+	// the kv cost adds the time to make it usable there.
+	Adapter AdapterState
 }
+
+// AdapterState is a candidate's standing for a request's LoRA adapter.
+type AdapterState uint8
+
+const (
+	// AdapterReady: the request names no adapter, or the worker holds it.
+	AdapterReady AdapterState = iota
+	// AdapterLoad: the worker must load the adapter into a free slot.
+	AdapterLoad
+	// AdapterSwap: every slot holds another adapter; one must be swapped
+	// out, once the requests using it are done.
+	AdapterSwap
+)
 
 // Request is what a policy decides on.
 type Request struct {
@@ -308,7 +324,28 @@ type KV struct {
 	// Alpha weighs prefill blocks (to compute or queued) against decode
 	// blocks; 1 when zero.
 	Alpha float64
-	rot   rotation // tie rotation of prompts without a full block, per candidate set
+	// AdapterLoad and AdapterSwap are the seconds a worker in
+	// AdapterLoad or AdapterSwap adds to a request's time to first token.
+	AdapterLoad, AdapterSwap float64
+	rot                      rotation // tie rotation of prompts without a full block, per candidate set
+}
+
+// blocksPerAdapterSecond prices a second of adapter loading in the block
+// cost, used when some candidate has no timing profile: a second is what
+// an 8B model on an L4 takes to prefill about 4,000 tokens (250 blocks of
+// 16), the order of what the time cost would weigh it at.
+const blocksPerAdapterSecond = 250
+
+// adapterPenalty is what worker w's adapter state adds to its time to
+// first token, in seconds.
+func (p *KV) adapterPenalty(w *Worker) float64 {
+	switch w.Adapter {
+	case AdapterLoad:
+		return p.AdapterLoad
+	case AdapterSwap:
+		return p.AdapterSwap
+	}
+	return 0
 }
 
 // Name implements Policy.
@@ -349,9 +386,10 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 	for k := 0; k < n; k++ {
 		i := (t.start + k) % n
 		o, approx := ov.Overlap(i)
-		c := p.Cost(b, ov.Priced(i), workers[i].Load)
+		pen := p.adapterPenalty(&workers[i])
+		c := p.Cost(b, ov.Priced(i), workers[i].Load) + p.alpha()*pen*blocksPerAdapterSecond
 		if ttft, decode, ok := ov.Estimate(i); ok {
-			c = p.TimeCost(ttft, decode)
+			c = p.TimeCost(ttft+pen, decode)
 		}
 		l := workers[i].Load.Blocks()
 		cached := workers[i].Load.CachedBlocks

@@ -46,6 +46,12 @@ type Config struct {
 	// memory, disk) as misses, as a router that ignores CPU-tier events
 	// does; for comparison with the tier-priced default.
 	TierBlind bool
+	// AdapterLoad is what loading a LoRA adapter into a free slot adds to
+	// a request's time to first token in the kv cost; 0 means 50 ms (an
+	// adapter of tens of MB from host memory). AdapterSwap is the same for
+	// a worker whose slots hold other adapters, which must wait for their
+	// requests to end; 0 means 1 s, a typical request's decode.
+	AdapterLoad, AdapterSwap time.Duration
 }
 
 // Router picks workers for requests under a policy that can be switched at
@@ -99,7 +105,16 @@ func New(cfg Config) (*Router, error) {
 		m:         newMetrics(),
 	}
 	r.pool.New = func() any { return new(scratch) }
-	kv, rr, ll := &KV{Alpha: cfg.Alpha}, &RoundRobin{}, &LeastLoaded{}
+	if cfg.AdapterLoad < 0 || cfg.AdapterSwap < 0 {
+		return nil, fmt.Errorf("router: negative adapter load %v or swap %v", cfg.AdapterLoad, cfg.AdapterSwap)
+	}
+	if cfg.AdapterLoad == 0 {
+		cfg.AdapterLoad = 50 * time.Millisecond
+	}
+	if cfg.AdapterSwap == 0 {
+		cfg.AdapterSwap = time.Second
+	}
+	kv, rr, ll := &KV{Alpha: cfg.Alpha, AdapterLoad: cfg.AdapterLoad.Seconds(), AdapterSwap: cfg.AdapterSwap.Seconds()}, &RoundRobin{}, &LeastLoaded{}
 	kv.rot.start, rr.rot.start, ll.rot.start = cfg.RotationStart, cfg.RotationStart, cfg.RotationStart
 	ps := []Policy{kv, rr, NewRandom(cfg.Seed), ll}
 	r.byName = make(map[string]Policy, len(ps))

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/bus"
 )
 
 // loraSlots models vLLM's LoRA adapter slots: at most max adapters sit in
@@ -130,6 +132,22 @@ func (l *loraSlots) state() (running, waiting []string, changed time.Time) {
 	slices.Sort(running)
 	slices.Sort(waiting)
 	return running, waiting, l.changed
+}
+
+// residentNames lists the adapters in slots.
+func (l *loraSlots) residentNames() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(slices.Values(l.resident))
+}
+
+// LoRAState reports the worker's adapter slots; nil without adapters.
+func (w *Worker) LoRAState() *bus.LoRAState {
+	if w.loras == nil {
+		return nil
+	}
+	running, waiting, _ := w.loras.state()
+	return &bus.LoRAState{Max: w.loras.max, Running: running, Waiting: waiting, Resident: w.loras.residentNames()}
 }
 
 // loraInfoCollector exports vllm:lora_requests_info as vLLM does: a gauge
