@@ -186,6 +186,10 @@ func runBridge(ctx context.Context, f workerFlags, env Env) int {
 		return ExitFail
 	}
 	defer nc.Close()
+	if err := f.bus.guardBus(ctx, nc, log); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+		return ExitFail
+	}
 	cfg.NC, cfg.RegistryTTL = nc, f.bus.registryTTL
 	cfg.RegistryViaFrontend = f.bus.login.hasLogin(os.Getenv) // see runWorker
 	fmt.Fprintf(env.Stderr, "switchyard worker %s: bridging the %s engine at %s ...\n", cfg.ID, cfg.Engine, cfg.EngineURL)

@@ -48,12 +48,50 @@ type busFlags struct {
 	namespace   string
 	registryTTL time.Duration
 	login       natsAuthFlags
+	insecure    bool
 }
 
 func (b *busFlags) add(fs *flag.FlagSet, natsHelp string) {
 	fs.StringVar(&b.nats, "nats", "", natsHelp)
 	fs.StringVar(&b.namespace, "namespace", "default", "namespace of this deployment's subjects, so deployments can share one NATS")
 	fs.DurationVar(&b.registryTTL, "registry-ttl", 6*time.Second, "a worker that stops heartbeating leaves routing within this time")
+	fs.BoolVar(&b.insecure, "nats-insecure", false, "run on a --nats server that lets clients in without credentials (anyone who reaches it can register a worker and receive prompts); warns every minute")
+}
+
+// insecureWarnEvery paces the reminder that the bus admits anyone.
+const insecureWarnEvery = time.Minute
+
+// guardBus refuses an external NATS server that admits clients without
+// credentials, unless --nats-insecure: on such a bus anyone who can reach
+// it can register a worker and be sent prompts. With --nats-insecure it
+// warns now and every insecureWarnEvery until ctx ends. A server that
+// checks client certificates (--nats-cert) counts as authenticating.
+func (b *busFlags) guardBus(ctx context.Context, nc *nats.Conn, log *slog.Logger) error {
+	if nc.AuthRequired() || b.login.certFile != "" && nc.TLSRequired() {
+		return nil
+	}
+	if !b.insecure {
+		return fmt.Errorf("the NATS server at %s lets clients in without credentials: anyone who reaches it can register a worker and receive prompts; "+
+			"give it logins (switchyard nats-config prints them) and this process its own (--nats-user and --nats-password-file, --nats-creds or --nats-nkey), "+
+			"or pass --nats-insecure to run on it anyway", bus.RedactURL(b.nats))
+	}
+	go warnEvery(ctx, log, insecureWarnEvery, "the NATS bus lets clients in without credentials (--nats-insecure): anyone who reaches it can register a worker and receive prompts",
+		"nats", bus.RedactURL(b.nats))
+	return nil
+}
+
+// warnEvery logs msg at WARN now and every every until ctx ends.
+func warnEvery(ctx context.Context, log *slog.Logger, every time.Duration, msg string, args ...any) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		log.Warn(msg, args...)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // check rejects settings the bus would silently replace with defaults.

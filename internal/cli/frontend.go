@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -103,7 +104,7 @@ func (b *busConn) close() {
 // the process logs in as the frontend, and workers with passwords derived
 // from the deployment secret (secretDir, if set, is where a generated one is
 // written).
-func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, secretDir string) (*busConn, error) {
+func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, secretDir string, log *slog.Logger) (*busConn, error) {
 	b := &busConn{url: bf.nats}
 	if bf.nats != "" {
 		opts, err := bf.login.options(os.Getenv, "", "")
@@ -112,6 +113,10 @@ func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, s
 		}
 		b.login = opts
 		if b.nc, err = connectBus(ctx, bf.nats, name, opts...); err != nil {
+			return nil, err
+		}
+		if err := bf.guardBus(ctx, b.nc, log); err != nil {
+			b.nc.Close()
 			return nil, err
 		}
 		return b, nil
@@ -191,7 +196,7 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	cfg.RegistryTTL = f.bus.registryTTL
-	bc, err := startBus(ctx, f.bus, cfg.Subjects, f.natsAddr, "switchyard-frontend", os.TempDir())
+	bc, err := startBus(ctx, f.bus, cfg.Subjects, f.natsAddr, "switchyard-frontend", os.TempDir(), log)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
 		return ExitFail

@@ -185,7 +185,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 
 	// The secret of up's own embedded server never leaves this process:
 	// each worker below logs in with the password derived for its id.
-	bc, err := startBus(ctx, u.bus, subj, u.natsAddr, "switchyard-up", "")
+	bc, err := startBus(ctx, u.bus, subj, u.natsAddr, "switchyard-up", "", log)
 	if err != nil {
 		return fail(ExitFail, err)
 	}

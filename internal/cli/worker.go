@@ -193,6 +193,10 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 			return ExitFail
 		}
 		defer nc.Close()
+		if err := f.bus.guardBus(ctx, nc, log); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
+			return ExitFail
+		}
 		cfg.NC = nc
 		// A worker that logs in is held to worker permissions, which
 		// grant no JetStream: it registers through the frontend.

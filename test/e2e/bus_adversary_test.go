@@ -5,12 +5,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -221,5 +223,36 @@ func TestWorkerCannotSpeakForOthers(t *testing.T) {
 				t.Errorf("switchyard_bus_load_reports_rejected_total = %v, want the forged reports counted", m)
 			}
 		})
+	}
+}
+
+// TestUnauthenticatedBusRefused: on an external nats-server that admits
+// anyone (where one stranger registered a worker and captured 18 of 20
+// prompts), the frontend and a worker refuse to start and say what to do;
+// with --nats-insecure they run, and warn that they do.
+func TestUnauthenticatedBusRefused(t *testing.T) {
+	ns := startNATS(t)
+	for _, args := range [][]string{
+		{"frontend", "--http-addr", "127.0.0.1:0", "--nats", ns.URL()},
+		{"worker", "--id", "w1", "--http-addr", "127.0.0.1:0", "--nats", ns.URL()},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, binary(t), args...).CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() == 0 || !strings.Contains(string(out), "without credentials") || !strings.Contains(string(out), "--nats-insecure") {
+			t.Errorf("%s on an open bus: err %v, output:\n%s\nwant a refusal that names --nats-insecure", args[0], err, out)
+		}
+	}
+	fe, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", ns.URL(), "--nats-insecure")
+	w, _ := start(t, readyURL, "worker", "--id", "w1", "--http-addr", "127.0.0.1:0", "--nats", ns.URL(), "--nats-insecure")
+	eventually(t, 20*time.Second, "w1 in /health", func() bool {
+		var h healthWorkers
+		return getJSON(t, m[1]+"/health", &h) == 200 && h.has("w1")
+	})
+	for _, p := range []*proc{fe, w} {
+		if out := p.output(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "without credentials (--nats-insecure)") {
+			t.Errorf("a process on an open bus with --nats-insecure did not warn:\n%s", out)
+		}
 	}
 }

@@ -348,9 +348,9 @@ func TestWorkerBusLinkFrozen(t *testing.T) {
 	t.Parallel()
 	ns := startNATS(t)
 	px := startFreezeProxy(t, strings.TrimPrefix(ns.URL(), "nats://"))
-	_, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", ns.URL())
+	_, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", ns.URL(), "--nats-insecure")
 	c := &cluster{url: m[1]}
-	start(t, readyURL, "worker", "--nats", px.URL(), "--id", "w1", "--http-addr", "127.0.0.1:0")
+	start(t, readyURL, "worker", "--nats", px.URL(), "--nats-insecure", "--id", "w1", "--http-addr", "127.0.0.1:0")
 	c.waitHealthy(t, 1, 30*time.Second)
 
 	// Streams that outlast the freeze: the simulated qwen3-0.6b decodes

@@ -137,11 +137,13 @@ type cluster struct {
 func startCluster(t testing.TB, natsURL string, n int, frontendArgs, workerArgs []string) *cluster {
 	t.Helper()
 	c := &cluster{workers: map[string]*proc{}, wurls: map[string]string{}}
-	_, m := start(t, readyURL, append([]string{"frontend", "--http-addr", "127.0.0.1:0", "--nats", natsURL}, frontendArgs...)...)
+	// The fault tests' nats-server admits anyone: say so (see
+	// TestUnauthenticatedBusRefused).
+	_, m := start(t, readyURL, append([]string{"frontend", "--http-addr", "127.0.0.1:0", "--nats", natsURL, "--nats-insecure"}, frontendArgs...)...)
 	c.url = m[1]
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("w%d", i)
-		p, m := start(t, readyURL, append([]string{"worker", "--nats", natsURL, "--id", id, "--http-addr", "127.0.0.1:0"}, workerArgs...)...)
+		p, m := start(t, readyURL, append([]string{"worker", "--nats", natsURL, "--nats-insecure", "--id", id, "--http-addr", "127.0.0.1:0"}, workerArgs...)...)
 		c.workers[id], c.wurls[id] = p, m[1]
 	}
 	c.waitHealthy(t, n, 30*time.Second)
