@@ -167,12 +167,18 @@ func (s *Server) parse(body []byte, ep endpoint) (*parsedRequest, *apiError) {
 	if req.StreamOptions != nil && !req.Stream {
 		return nil, badRequest("stream_options", "frontend: stream_options is only allowed with stream: true")
 	}
+	// The longest context every worker of the model takes: a longer prompt
+	// is refused before it costs memory in tokens, hashes and records.
+	maxLen := maxModelLen(pr.workers, &pr.model)
 	if ep.chat {
 		if len(req.Messages) == 0 {
 			return nil, badRequest("messages", "frontend: messages is required and must not be empty")
 		}
 		if err := openai.CheckRoles(req.Messages); err != nil {
 			return nil, badRequest("messages", "frontend: %v", err)
+		}
+		if n, over := tooLong(pr.model.tok, messageTexts(req.Messages), maxLen); over {
+			return nil, contextError("messages", req.Model, n, maxLen)
 		}
 		toks, err := pr.model.tok.EncodeChat(req.Messages, routingChatOptions(req))
 		if err != nil {
@@ -189,8 +195,20 @@ func (s *Server) parse(body []byte, ep endpoint) (*parsedRequest, *apiError) {
 			}
 			pr.tokens = req.Prompt.Tokens
 		default:
+			if n, over := tooLong(pr.model.tok, []string{req.Prompt.Text}, maxLen); over {
+				return nil, contextError("prompt", req.Model, n, maxLen)
+			}
 			pr.tokens = pr.model.tok.EncodePrompt(req.Prompt.Text)
 		}
+	}
+	if maxLen > 0 && len(pr.tokens) > maxLen {
+		// Refused before it is hashed, routed and recorded: no worker
+		// could take it.
+		param := "prompt"
+		if ep.chat {
+			param = "messages"
+		}
+		return nil, contextError(param, req.Model, len(pr.tokens), maxLen)
 	}
 	salt := req.CacheSalt
 	if pr.model.adapter != "" {

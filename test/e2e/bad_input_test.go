@@ -1,0 +1,65 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestOversizedPromptsBounded: twelve prompts of 3.5M tokens each, far past
+// the worker's max_model_len, are refused 400 by the frontend itself (the
+// worker never sees them) and cost its resident memory no more than a few
+// of their bodies, whatever their token count.
+func TestOversizedPromptsBounded(t *testing.T) {
+	t.Parallel()
+	ns := startNATS(t)
+	c := startCluster(t, ns.URL(), 1, nil, nil)
+	if r := chat(t.Context(), c.url, "warm up the frontend", 4); r.err != nil {
+		t.Fatalf("warm-up request: %v", r.err)
+	}
+	before := metric(t, c.url, "process_resident_memory_bytes")
+	// " a" is one cl100k token: 7 MB of body, 3.5M tokens, under the 8 MiB
+	// body limit.
+	prompt := strings.Repeat("a ", 3_500_000)
+	for i := range 12 {
+		var body []byte
+		if i%2 == 0 {
+			body, _ = json.Marshal(map[string]any{"model": "qwen3-0.6b", "prompt": prompt, "max_tokens": 4})
+		} else {
+			body, _ = json.Marshal(map[string]any{"model": "qwen3-0.6b", "max_tokens": 4,
+				"messages": []map[string]string{{"role": "user", "content": prompt}}})
+		}
+		path := "/v1/completions"
+		if i%2 == 1 {
+			path = "/v1/chat/completions"
+		}
+		resp, err := http.Post(c.url+path, "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("oversized prompt %d: %v", i, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(got, []byte("maximum context length")) {
+			t.Errorf("oversized prompt %d: status %d %s; want 400 naming the maximum context length", i, resp.StatusCode, got[:min(len(got), 300)])
+		}
+		if hdr := resp.Header.Get("x-switchyard-worker"); hdr != "" {
+			t.Errorf("oversized prompt %d reached worker %s", i, hdr)
+		}
+	}
+	after := metric(t, c.url, "process_resident_memory_bytes")
+	growth := (after - before) / 1e6
+	bodyMB := float64(len(prompt)) / 1e6
+	t.Logf("frontend RSS %.1f MB before, %.1f MB after twelve 3.5M-token prompts (+%.1f MB; one body is %.1f MB)", before/1e6, after/1e6, growth, bodyMB)
+	// Each body is read whole before it can be judged; what remains is the
+	// garbage collector's headroom over a few of them (measured: RSS levels
+	// off after the third at ~3.4 bodies, +24 MB, where tokenizing and
+	// hashing them took +209 MB). Twelve must cost no more than four bodies.
+	if growth > 4*bodyMB {
+		t.Errorf("frontend RSS grew %.1f MB for twelve oversized prompts; want at most 4 bodies (%.0f MB): memory must not grow with the prompt's tokens", growth, 4*bodyMB)
+	}
+}
