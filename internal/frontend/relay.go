@@ -166,7 +166,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	} else {
 		wd = s.startWatchdog(actx, wk, func(err error) { wdErr.Store(err); headerFired.Store(true); acancel() })
 	}
-	resp, err := s.client.Do(req)
+	resp, err := s.client.Transport.RoundTrip(req)
 	if hdr != nil && !hdr.Stop() && err == nil || wd != nil && !wd.stop() && err == nil {
 		// Headers came just as the deadline fired: the request is cancelled.
 		resp.Body.Close()

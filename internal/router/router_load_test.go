@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -206,5 +207,61 @@ func TestEffectiveKeptSumEqualsWalk(t *testing.T) {
 	}
 	if subtracted == 0 {
 		t.Errorf("no finished request was ever subtracted from a report: the history tests nothing")
+	}
+}
+
+// TestFinishedSumsMatchAWalk drives one worker's finished list through
+// random finishes, reports (TakenAt before and after the last), and clock
+// steps back, and checks after every step that the list and its sums equal
+// those of the plain algorithm: filter the whole list at each finish, and
+// sum by walking it.
+func TestFinishedSumsMatchAWalk(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	now := time.Unix(1000, 0)
+	tr := newTracker(time.Second, func() time.Time { return now })
+	keep := tr.reportTTL + reportGrace
+	var ref []finishedReq // filtered as the plain algorithm does
+	var at time.Time      // the last report's time
+	byTime := func(a, b finishedReq) int { return a.at.Compare(b.at) }
+	for step := range 5000 {
+		switch r := rng.IntN(100); {
+		case r < 3:
+			now = now.Add(-time.Duration(rng.IntN(50)) * time.Millisecond) // the clock went back
+		case r < 10 && step/500%2 == 0: // reports stop for a while: what they counted expires
+			taken := now.Add(-time.Duration(rng.IntN(300)) * time.Millisecond)
+			tr.observe("w", LoadReport{TakenAt: taken}, now)
+			at = tr.workers["w"].at
+		default:
+			id := fmt.Sprint(step)
+			q, h := rng.IntN(50), rng.IntN(50)
+			tr.started("w", id, q, h)
+			tr.finished("w", id)
+			kept := ref[:0]
+			for _, f := range ref {
+				if now.Sub(f.at) <= keep {
+					kept = append(kept, f)
+				}
+			}
+			ref = append(kept, finishedReq{at: now, queued: q, decoding: max(h, q)})
+		}
+		now = now.Add(time.Duration(rng.IntN(8)) * time.Millisecond)
+		w := tr.workers["w"]
+		if w == nil {
+			continue
+		}
+		var want finishedSum
+		for _, f := range ref {
+			if f.at.After(at.Add(-reportGrace)) {
+				want.add(f, 1)
+			}
+		}
+		if w.since != want {
+			t.Fatalf("step %d: since %+v, a walk gives %+v", step, w.since, want)
+		}
+		sorted := slices.Clone(ref)
+		slices.SortStableFunc(sorted, byTime)
+		if !slices.Equal(w.finished, sorted) {
+			t.Fatalf("step %d: the list holds %d finishes, the plain algorithm %d", step, len(w.finished), len(sorted))
+		}
 	}
 }
