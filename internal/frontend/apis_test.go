@@ -331,3 +331,24 @@ func TestTranslatedStreamWorkerDies(t *testing.T) {
 		t.Errorf("status %d:\n%s\nwant the stream ended by an error event", resp.StatusCode, body)
 	}
 }
+
+// TestContentNullRefused: a user (or system, or tool) message whose
+// content is null or missing is a 400, as OpenAI answers; an assistant's
+// (one that carried tool calls) is not.
+func TestContentNullRefused(t *testing.T) {
+	w := newSimWorker(t)
+	h := newHarness(t, Config{}, Deps{}, w.worker("w-1"))
+	for body, want := range map[string]int{
+		`{"model":"qwen3-0.6b","max_tokens":2,"messages":[{"role":"user","content":null}]}`:                                                                                  400,
+		`{"model":"qwen3-0.6b","max_tokens":2,"messages":[{"role":"system"},{"role":"user","content":"x"}]}`:                                                                 400,
+		`{"model":"qwen3-0.6b","max_tokens":2,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[]},{"role":"user","content":"y"}]}`: 200,
+	} {
+		resp, b := h.do(t, "POST", "/v1/chat/completions", body)
+		if resp.StatusCode != want || want == 400 && !strings.Contains(string(b), "got null") {
+			t.Errorf("%s: %d %s, want %d", body, resp.StatusCode, b, want)
+		}
+	}
+	if got := w.asked(); len(got) != 1 {
+		t.Errorf("the worker was asked %d times, want only for the valid request", len(got))
+	}
+}

@@ -149,6 +149,7 @@ func (d *reader) message() (Message, bool) {
 		return m, false
 	}
 	if d.consume('}') {
+		m.NoContent = true
 		return m, true
 	}
 	sawRole, sawContent := false, false
@@ -180,6 +181,7 @@ func (d *reader) message() (Message, bool) {
 				if !d.literal("null") {
 					return m, false
 				}
+				m.NoContent = true
 			case '"':
 				if m.Content, ok = d.str(); !ok {
 					return m, false
@@ -206,6 +208,7 @@ func (d *reader) message() (Message, bool) {
 		if d.consume(',') {
 			continue
 		}
+		m.NoContent = m.NoContent || !sawContent
 		return m, d.consume('}')
 	}
 }

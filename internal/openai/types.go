@@ -18,6 +18,10 @@ import (
 type Message struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+	// NoContent: content was null or absent, which only an assistant
+	// turn (one carrying tool calls) may be; CheckRoles refuses it
+	// otherwise, as the OpenAI API does.
+	NoContent bool `json:"-"`
 }
 
 // ContentPartError reports a chat content part of a type the project does
@@ -42,7 +46,7 @@ func (m *Message) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	m.Role, m.Content = raw.Role, ""
+	m.Role, m.Content, m.NoContent = raw.Role, "", raw.Content == nil
 	return m.setContent(raw.Content, b)
 }
 
@@ -180,6 +184,22 @@ type CompletionRequest struct {
 	Echo             *bool              `json:"echo,omitempty"`
 	Suffix           *string            `json:"suffix,omitempty"`
 	BestOf           *int               `json:"best_of,omitempty"`
+
+	// Standard fields that change nothing an engine computes (or, audio
+	// and modalities, ask for output only some models give): named so that
+	// a strict decoder, the simulated engine's, accepts them as the OpenAI
+	// API does.
+	Store            *bool             `json:"store,omitempty"`
+	Metadata         map[string]string `json:"metadata,omitempty"`
+	ServiceTier      *string           `json:"service_tier,omitempty"`
+	ReasoningEffort  *string           `json:"reasoning_effort,omitempty"`
+	Verbosity        *string           `json:"verbosity,omitempty"`
+	Modalities       []string          `json:"modalities,omitempty"`
+	Audio            json.RawMessage   `json:"audio,omitempty"`
+	Prediction       json.RawMessage   `json:"prediction,omitempty"`
+	WebSearchOptions json.RawMessage   `json:"web_search_options,omitempty"`
+	PromptCacheKey   *string           `json:"prompt_cache_key,omitempty"`
+	SafetyIdentifier *string           `json:"safety_identifier,omitempty"`
 
 	// vLLM extensions.
 	CacheSalt string `json:"cache_salt,omitempty"`
@@ -319,6 +339,9 @@ func CheckRoles(msgs []Message) error {
 		case "system", "developer", "user", "assistant", "tool":
 		default:
 			return fmt.Errorf("messages[%d].role %q: want system, developer, user, assistant or tool", i, m.Role)
+		}
+		if m.NoContent && m.Role != "assistant" {
+			return fmt.Errorf("messages[%d].content: a %s message needs content, a string or an array of content parts; got null", i, m.Role)
 		}
 	}
 	return nil

@@ -150,8 +150,9 @@ type genRequest struct {
 	n          int // choices
 	remoteDec  bool
 	remotePref bool
-	adapter    string // the LoRA adapter named as the model; "" for the base model
-	salt       string // roots the prompt's block chain: cache_salt, and the adapter's name
+	adapter    string      // the LoRA adapter named as the model; "" for the base model
+	salt       string      // roots the prompt's block chain: cache_salt, and the adapter's name
+	tool       *forcedTool // the function the answer must call; nil: text
 }
 
 // validate checks a decoded request against this worker.
@@ -237,8 +238,14 @@ func (w *Worker) validate(req *openai.CompletionRequest, chat bool) (*genRequest
 	if fe := req.CheckParams(chat); fe != nil {
 		return nil, badRequest(fe.Param, "%s", fe.Msg)
 	}
-	if aerr := unsupported(req); aerr != nil {
+	if aerr := unsupported(req, chat); aerr != nil {
 		return nil, aerr
+	}
+	if chat {
+		var aerr *apiError
+		if g.tool, aerr = toolsOf(req); aerr != nil {
+			return nil, aerr
+		}
 	}
 	g.n = 1
 	if req.N != nil {
@@ -372,7 +379,7 @@ func (w *Worker) generate(rw http.ResponseWriter, r *http.Request, req *openai.C
 		}()
 	}
 	if req.Stream {
-		w.stream(ctx, rw, choices, reqID, chat, req)
+		w.stream(ctx, rw, choices, reqID, chat, req, g.tool)
 		return
 	}
 	for _, c := range choices {
@@ -413,6 +420,23 @@ func (w *Worker) generate(rw http.ResponseWriter, r *http.Request, req *openai.C
 	h.Set(HeaderCached, strconv.Itoa(res.CachedTokens))
 	usage := w.usageOf(results)
 	created := time.Now().Unix()
+	if chat && g.tool != nil {
+		type toolChoice struct {
+			Index        int         `json:"index"`
+			Message      toolMessage `json:"message"`
+			FinishReason string      `json:"finish_reason"`
+			Logprobs     any         `json:"logprobs"`
+		}
+		out := make([]toolChoice, len(choices))
+		for i, c := range choices {
+			call := g.tool.call(reqID, i, string(c.final()))
+			call.Index = nil
+			out[i] = toolChoice{Index: i, Message: toolMessage{Role: "assistant", ToolCalls: []openai.ToolCall{call}}, FinishReason: "tool_calls"}
+		}
+		openai.WriteJSON(rw, map[string]any{"id": "chatcmpl-" + reqID, "object": "chat.completion", "created": created,
+			"model": cmp.Or(req.Model, w.servedName()), "choices": out, "usage": usage})
+		return
+	}
 	if chat {
 		out := make([]openai.ChatChoice, len(choices))
 		for i, c := range choices {
@@ -505,7 +529,7 @@ func (w *Worker) pullRemote(ctx context.Context, reqID string, g *genRequest) (i
 	return int64(len(got)) * int64(w.BlockBytes()), took
 }
 
-func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*choice, reqID string, chat bool, req *openai.CompletionRequest) {
+func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*choice, reqID string, chat bool, req *openai.CompletionRequest, tool *forcedTool) {
 	sse := openai.NewSSEWriter(rw)
 	rw.WriteHeader(http.StatusOK)
 	created := time.Now().Unix()
@@ -553,6 +577,21 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*
 				return
 			}
 			c.text = append(c.text, w.tok.Decode(toks)...)
+			if tool != nil {
+				// The call is written whole, as one delta, once the text
+				// it is made of is done.
+				if done {
+					c.done = true
+					active--
+					model := cmp.Or(req.Model, w.servedName())
+					if sse.Event(toolChunk(id, created, model, i, tool.call(reqID, i, string(c.final())))) != nil ||
+						sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
+							Choices: []openai.ChatChunkChoice{{Index: i, FinishReason: openai.StringPtr("tool_calls")}}}) != nil {
+						return
+					}
+				}
+				continue
+			}
 			if text := c.ready(done); len(text) > 0 && chunk(i, string(text), "", nil) != nil {
 				return // client gone: Close aborts the request
 			}

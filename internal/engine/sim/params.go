@@ -32,7 +32,7 @@ func notSupported(field, why string) *apiError {
 
 // unsupported returns the error for the first field that asks for
 // something the simulated engine cannot do, or nil.
-func unsupported(req *openai.CompletionRequest) *apiError {
+func unsupported(req *openai.CompletionRequest, chat bool) *apiError {
 	set := func(b json.RawMessage) bool {
 		b = bytes.TrimSpace(b)
 		return len(b) > 0 && !bytes.Equal(b, []byte("null"))
@@ -43,10 +43,10 @@ func unsupported(req *openai.CompletionRequest) *apiError {
 	if req.TopLogprobs != nil && *req.TopLogprobs > 0 {
 		return notSupported("top_logprobs", "its text is synthetic, with no token probabilities to report")
 	}
-	if set(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
-		return notSupported("tools", "it cannot call tools")
+	if !chat && set(req.Tools) && !bytes.Equal(bytes.TrimSpace(req.Tools), []byte("[]")) {
+		return notSupported("tools", "it calls tools in chat completions only")
 	}
-	if set(req.ToolChoice) {
+	if !chat && set(req.ToolChoice) {
 		var s string
 		if json.Unmarshal(req.ToolChoice, &s) != nil || (s != "none" && s != "auto") {
 			return notSupported("tool_choice", "it cannot call tools")
@@ -68,6 +68,14 @@ func unsupported(req *openai.CompletionRequest) *apiError {
 	}
 	if req.Suffix != nil && *req.Suffix != "" {
 		return notSupported("suffix", "it does not insert text")
+	}
+	for _, m := range req.Modalities {
+		if m != "text" {
+			return notSupported("modalities", "it generates text only")
+		}
+	}
+	if set(req.Audio) {
+		return notSupported("audio", "it generates text only")
 	}
 	n := 1
 	if req.N != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/switchyard-llm/switchyard/internal/jsonschema"
 	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
@@ -248,8 +249,9 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		{"completions logprobs", "/v1/completions", c + `"logprobs":1}`, "logprobs"},
 		{"completions logprobs 0", "/v1/completions", c + `"logprobs":0}`, "logprobs"},
 		{"top_logprobs", "/v1/chat/completions", m + `"top_logprobs":2}`, "top_logprobs"},
-		{"tools", "/v1/chat/completions", m + `"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools"},
-		{"tool_choice required", "/v1/chat/completions", m + `"tool_choice":"required"}`, "tool_choice"},
+		{"completions tools", "/v1/completions", c + `"tools":[{"type":"function","function":{"name":"f"}}]}`, "tools"},
+		{"audio modality", "/v1/chat/completions", m + `"modalities":["text","audio"]}`, "modalities"},
+		{"audio", "/v1/chat/completions", m + `"audio":{"voice":"alloy","format":"wav"}}`, "audio"},
 		{"response_format json", "/v1/chat/completions", m + `"response_format":{"type":"json_object"}}`, "response_format"},
 		{"logit_bias", "/v1/completions", c + `"logit_bias":{"50256":-100}}`, "logit_bias"},
 		{"echo", "/v1/completions", c + `"echo":true}`, "echo"},
@@ -274,11 +276,28 @@ func TestUnsupportedFieldsAreRefused(t *testing.T) {
 		{"text format", "/v1/chat/completions", m + `"response_format":{"type":"text"}}`},
 		{"sampling shape", "/v1/completions", c + `"temperature":0.7,"top_p":0.9,"top_k":40,"min_p":0.1,"presence_penalty":1,"frequency_penalty":-1,"repetition_penalty":1.2,"user":"u"}`},
 		{"best_of equal to n", "/v1/completions", c + `"n":2,"best_of":2}`},
+		{"tools, auto", "/v1/chat/completions", m + `"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"auto"}`},
+		{"harmless standard fields", "/v1/chat/completions", m + `"store":true,"metadata":{"k":"v"},"service_tier":"auto","reasoning_effort":"low",` +
+			`"modalities":["text"],"verbosity":"low","prompt_cache_key":"p","safety_identifier":"s","prediction":{"type":"content","content":"x"},"web_search_options":{}}`},
 	}
 	for _, tc := range accepted {
 		t.Run(tc.name, func(t *testing.T) {
 			if code, _, b := post(t, srv.URL+tc.path, tc.body); code != 200 {
 				t.Errorf("got %d %s, want 200", code, b)
+			}
+		})
+	}
+	toolErrs := []struct{ name, body, param string }{
+		{"required without tools", m + `"tool_choice":"required"}`, "tool_choice"},
+		{"named tool not in tools", m + `"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, "tool_choice"},
+		{"tool without a name", m + `"tools":[{"type":"function","function":{}}]}`, "tools"},
+	}
+	for _, tc := range toolErrs {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, b := post(t, srv.URL+"/v1/chat/completions", tc.body)
+			var e struct{ Error openai.ErrorBody }
+			if code != 400 || json.Unmarshal(b, &e) != nil || e.Error.Param == nil || *e.Error.Param != tc.param {
+				t.Errorf("got %d %s, want 400 naming %s", code, b, tc.param)
 			}
 		})
 	}
@@ -339,5 +358,90 @@ func TestContextLengthCheckedFirst(t *testing.T) {
 	at := 40960 - short
 	if aerr := w.checkContext(short, &at, "messages", "max_tokens"); aerr != nil {
 		t.Errorf("prompt + max_tokens = max_model_len refused: %v", aerr)
+	}
+}
+
+// TestForcedToolCall: a chat request whose tool_choice requires a call is
+// answered with a call of that function, streamed or not, whose arguments
+// are valid against its parameters schema and the same for the same
+// request.
+func TestForcedToolCall(t *testing.T) {
+	_, srv := startWorker(t, Config{})
+	schema := map[string]any{"type": "object", "required": []any{"city", "days", "units", "stops"}, "additionalProperties": false,
+		"properties": map[string]any{
+			"city": map[string]any{"type": "string"}, "days": map[string]any{"type": "integer"},
+			"units": map[string]any{"type": "string", "enum": []any{"metric", "imperial"}},
+			"stops": map[string]any{"type": "array", "minItems": 2, "items": map[string]any{"type": "object", "required": []any{"name"},
+				"properties": map[string]any{"name": map[string]any{"type": "string"}, "open": map[string]any{"type": "boolean"}}}},
+		}}
+	tools, _ := json.Marshal([]any{
+		map[string]any{"type": "function", "function": map[string]any{"name": "other", "parameters": map[string]any{"type": "object"}}},
+		map[string]any{"type": "function", "function": map[string]any{"name": "forecast", "parameters": schema}},
+	})
+	body := `{"messages":[{"role":"user","content":"weather in the yard?"}],"max_tokens":6,"tools":` + string(tools) +
+		`,"tool_choice":{"type":"function","function":{"name":"forecast"}}`
+	var calls []openai.ToolCall
+	for range 2 {
+		code, _, b := post(t, srv.URL+"/v1/chat/completions", body+`}`)
+		var resp struct {
+			Choices []struct {
+				Message struct {
+					Content   *string           `json:"content"`
+					ToolCalls []openai.ToolCall `json:"tool_calls"`
+				} `json:"message"`
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		if code != 200 || json.Unmarshal(b, &resp) != nil || len(resp.Choices) != 1 || len(resp.Choices[0].Message.ToolCalls) != 1 ||
+			resp.Choices[0].FinishReason != "tool_calls" || resp.Choices[0].Message.Content != nil {
+			t.Fatalf("got %d %s, want one tool call, content null, finish tool_calls", code, b)
+		}
+		calls = append(calls, resp.Choices[0].Message.ToolCalls[0])
+	}
+	c := calls[0]
+	if c.Function.Name != "forecast" || c.Type != "function" || c.ID == "" || c.Index != nil {
+		t.Errorf("call %+v", c)
+	}
+	var args any
+	if err := json.Unmarshal([]byte(c.Function.Arguments), &args); err != nil {
+		t.Fatalf("arguments %q: %v", c.Function.Arguments, err)
+	}
+	if errs := jsonschema.Validate(schema, args); len(errs) > 0 {
+		t.Errorf("arguments %s are not valid against the schema: %v", c.Function.Arguments, errs)
+	}
+	if calls[1].Function.Arguments != c.Function.Arguments {
+		t.Errorf("arguments differ for the same request: %s and %s", c.Function.Arguments, calls[1].Function.Arguments)
+	}
+
+	code, _, b := post(t, srv.URL+"/v1/chat/completions", body+`,"stream":true}`)
+	if code != 200 {
+		t.Fatalf("stream: %d %s", code, b)
+	}
+	var got openai.ToolCall
+	finish := ""
+	for _, ev := range strings.Split(strings.TrimSpace(string(b)), "\n\n") {
+		p := strings.TrimPrefix(ev, "data: ")
+		if p == "[DONE]" {
+			break
+		}
+		var ch openai.ChatStreamChunk
+		if err := json.Unmarshal([]byte(p), &ch); err != nil {
+			t.Fatalf("chunk %s: %v", p, err)
+		}
+		if len(ch.Choices) == 0 {
+			continue
+		}
+		if d := ch.Choices[0].Delta.Content; d != nil && *d != "" {
+			t.Errorf("text chunk %s in a tool call's stream", p)
+		}
+		if tc := ch.Choices[0].Delta.ToolCalls; len(tc) == 1 {
+			got = tc[0]
+		}
+		if f := ch.Choices[0].FinishReason; f != nil {
+			finish = *f
+		}
+	}
+	if got.Function.Name != "forecast" || got.Function.Arguments != c.Function.Arguments || finish != "tool_calls" || got.Index == nil {
+		t.Errorf("streamed call %+v (finish %q), want the same call as the whole answer's, finish tool_calls", got, finish)
 	}
 }
