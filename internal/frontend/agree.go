@@ -29,14 +29,17 @@ import (
 //     token of a prompt it holds whole (vLLM and the simulated engine do).
 //
 // A worker becomes inconsistent when its window (the last agreeWindow
-// judged requests, none older than agreeWindowAge) holds at least
-// agreeTripCount requests of one kind making at least a quarter of it:
-// honest noise (a block evicted between the pick and the prefill) stays
-// far below that. It recovers once a fresh window of agreeRecoverCount
-// judged requests disagrees on fewer than a tenth of them.
+// judged requests, none older than agreeWindowAge) holds disagreement of
+// one kind that is no noise (systematic): at least agreeTripMajority
+// requests making a majority of the window, or at least agreeTripCount
+// making a quarter of it. Honest noise (a block evicted between the pick
+// and the prefill) stays far below that. It recovers once a fresh window
+// of agreeRecoverCount judged requests disagrees on fewer than a tenth of
+// them.
 const (
 	agreeWindow       = 50
 	agreeWindowAge    = 60 * time.Second
+	agreeTripMajority = 4
 	agreeTripCount    = 8
 	agreeRecoverCount = 20
 	// agreeLogEvery bounds the log line repeating an inconsistent
@@ -200,7 +203,7 @@ func (a *agreement) add(now time.Time, m *metrics, worker string, predicted, cac
 		if a.stale > a.blind {
 			kind, count = verdictStale, a.stale
 		}
-		if count >= agreeTripCount && 4*count >= a.n {
+		if systematic(count, a.n) {
 			a.inconsistent, a.kind, a.since = true, kind, now
 			a.total.Trips++
 			a.cause = a.causeLocked(now)
@@ -217,7 +220,7 @@ func (a *agreement) add(now time.Time, m *metrics, worker string, predicted, cac
 		// Still inconsistent: refresh the figures from the new window
 		// once it shows the disagreement on its own, and repeat them in
 		// the log at most every agreeLogEvery.
-		if count := max(a.blind, a.stale); count >= agreeTripCount && 4*count >= a.n && now.Sub(a.lastLog) >= agreeLogEvery {
+		if systematic(max(a.blind, a.stale), a.n) && now.Sub(a.lastLog) >= agreeLogEvery {
 			if a.stale > a.blind {
 				a.kind = verdictStale
 			} else {
@@ -229,6 +232,12 @@ func (a *agreement) add(now time.Time, m *metrics, worker string, predicted, cac
 		}
 	}
 	return ch
+}
+
+// systematic reports whether count disagreeing requests of one kind in a
+// window of n are more than noise.
+func systematic(count, n int) bool {
+	return count >= agreeTripMajority && 2*count > n || count >= agreeTripCount && 4*count >= n
 }
 
 // shareLocked is the share of the window that agreed.

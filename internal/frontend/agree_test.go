@@ -95,7 +95,7 @@ func (h *agreeHarness) health(t *testing.T) WorkerHealth {
 
 // TestBlindIndexTurnsInconsistent: an engine that serves from cache what
 // the index never predicts (the tokenizer mismatch of a third-party
-// engine) makes the worker inconsistent within agreeTripCount requests,
+// engine) makes the worker inconsistent within agreeTripMajority requests,
 // with the figures in the cause, /health, metrics and the log; the router
 // is told to route it by the approximate index; a clean window brings it
 // back.
@@ -103,28 +103,28 @@ func TestBlindIndexTurnsInconsistent(t *testing.T) {
 	var logs syncBuffer
 	h := newAgreeHarness(t, &logs)
 	h.set(0, 592)
-	h.send(t, agreeTripCount-1, true)
-	if wh := h.health(t); wh.Agreement.Inconsistent || wh.Agreement.WindowBlind != agreeTripCount-1 {
-		t.Fatalf("after %d blind requests: %+v, want %d blind and still consistent", agreeTripCount-1, wh.Agreement, agreeTripCount-1)
+	h.send(t, agreeTripMajority-1, true)
+	if wh := h.health(t); wh.Agreement.Inconsistent || wh.Agreement.WindowBlind != agreeTripMajority-1 {
+		t.Fatalf("after %d blind requests: %+v, want %d blind and still consistent", agreeTripMajority-1, wh.Agreement, agreeTripMajority-1)
 	}
 	h.send(t, 1, false)
 	wh := h.health(t)
 	ag := wh.Agreement
-	if !ag.Inconsistent || ag.Blind != agreeTripCount || ag.Requests != agreeTripCount || ag.CachedTokens != 592*agreeTripCount || ag.PredictedTokens != 0 || ag.Trips != 1 {
-		t.Fatalf("after %d blind requests: agreement %+v", agreeTripCount, ag)
+	if !ag.Inconsistent || ag.Blind != agreeTripMajority || ag.Requests != agreeTripMajority || ag.CachedTokens != 592*agreeTripMajority || ag.PredictedTokens != 0 || ag.Trips != 1 {
+		t.Fatalf("after %d blind requests: agreement %+v", agreeTripMajority, ag)
 	}
-	want := "the engine served 4736 cached tokens where the index predicted 0, on 8 of 8 requests"
+	want := "the engine served 2368 cached tokens where the index predicted 0, on 4 of 4 requests"
 	if !strings.Contains(ag.Cause, want) || wh.Events.State != StateInconsistent || wh.Events.Cause != ag.Cause {
 		t.Errorf("events %+v, cause %q; want state inconsistent, cause with %q", wh.Events, ag.Cause, want)
 	}
 	if hl := h.s.Health(); hl.Status != HealthDegraded || !strings.Contains(hl.Reason, "w-a events inconsistent") {
 		t.Errorf("health %s (%s), want degraded by w-a's inconsistency", hl.Status, hl.Reason)
 	}
-	if !strings.Contains(logs.String(), "inconsistent") || !strings.Contains(logs.String(), "4736") {
+	if !strings.Contains(logs.String(), "inconsistent") || !strings.Contains(logs.String(), "2368") {
 		t.Errorf("log lacks the inconsistency: %s", logs.String())
 	}
-	if got := value(t, h.s.m.engineCached.WithLabelValues("w-a")); got != 4736 {
-		t.Errorf("engine cached tokens = %v, want 4736", got)
+	if got := value(t, h.s.m.engineCached.WithLabelValues("w-a")); got != 2368 {
+		t.Errorf("engine cached tokens = %v, want 2368", got)
 	}
 	if got := value(t, h.s.m.indexPredicted.WithLabelValues("w-a")); got != 0 {
 		t.Errorf("index predicted tokens = %v, want 0", got)
@@ -160,10 +160,23 @@ func TestBlindIndexTurnsInconsistent(t *testing.T) {
 func TestStaleIndexTurnsInconsistent(t *testing.T) {
 	h := newAgreeHarness(t, nil)
 	h.set(8, 0)
-	h.send(t, agreeTripCount, false)
+	h.send(t, agreeTripMajority, false)
 	ag := h.health(t).Agreement
-	if !ag.Inconsistent || ag.Stale != agreeTripCount || !strings.Contains(ag.Cause, "index stale: the index predicted 1024 cached tokens where the engine served 0, on 8 of 8 requests") {
+	if !ag.Inconsistent || ag.Stale != agreeTripMajority || !strings.Contains(ag.Cause, "index stale: the index predicted 512 cached tokens where the engine served 0, on 4 of 4 requests") {
 		t.Errorf("agreement %+v", ag)
+	}
+}
+
+func TestSystematic(t *testing.T) {
+	for _, tc := range []struct {
+		count, n int
+		want     bool
+	}{
+		{3, 3, false}, {4, 4, true}, {4, 7, true}, {4, 8, false}, {7, 28, false}, {8, 32, true}, {8, 33, false}, {12, 50, false}, {13, 50, true},
+	} {
+		if got := systematic(tc.count, tc.n); got != tc.want {
+			t.Errorf("systematic(%d, %d) = %v, want %v", tc.count, tc.n, got, tc.want)
+		}
 	}
 }
 
@@ -332,15 +345,15 @@ func TestAgreementWindowAges(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1000, 0)
-	for range agreeTripCount - 1 {
+	for range agreeTripMajority - 1 {
 		a.add(now, m, "w", 0, 64, verdictBlind)
 	}
 	now = now.Add(agreeWindowAge + time.Second)
 	if ch := a.add(now, m, "w", 0, 64, verdictBlind); ch.changed {
 		t.Fatalf("tripped on blind requests older than %v", agreeWindowAge)
 	}
-	if st := a.status(); st.Window != 1 || st.WindowBlind != 1 || st.Blind != agreeTripCount {
-		t.Errorf("status %+v, want a window of 1 and 10 blind in total", st)
+	if st := a.status(); st.Window != 1 || st.WindowBlind != 1 || st.Blind != agreeTripMajority {
+		t.Errorf("status %+v, want a window of 1 and %d blind in total", st, agreeTripMajority)
 	}
 }
 

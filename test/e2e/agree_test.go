@@ -71,7 +71,7 @@ func TestTokenizerMismatchIsInconsistent(t *testing.T) {
 				tripped = w.ID
 				t.Logf("request %d: %s inconsistent: %s (agreement %+v)", i, w.ID, w.Events.Cause, w.Agreement)
 				if !w.Agreement.Inconsistent || !strings.Contains(w.Events.Cause, "index blind: the engine served") ||
-					!strings.Contains(w.Events.Cause, "where the index predicted 0") || w.Agreement.Blind < 8 || w.Agreement.PredictedTokens != 0 {
+					!strings.Contains(w.Events.Cause, "where the index predicted 0") || w.Agreement.Blind < 4 || w.Agreement.PredictedTokens != 0 {
 					t.Errorf("%s: cause %q, agreement %+v; want index blind with the index predicting 0", w.ID, w.Events.Cause, w.Agreement)
 				}
 			}
@@ -111,6 +111,90 @@ func TestTokenizerMismatchIsInconsistent(t *testing.T) {
 	}
 	if !strings.Contains(line, "index blind") || !strings.Contains(line, "tokenizes differently") {
 		t.Errorf("preflight's index-agreement problem line %q should say blind, tokenizer:\n%s", line, out)
+	}
+}
+
+// untilInconsistent sends up to n chats cycling over k shared prefixes and
+// returns the first worker found inconsistent, its cause and the request
+// it took; "" when none was.
+func untilInconsistent(t *testing.T, url string, n, k int) (worker, cause string, at int) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 1; i <= n; i++ {
+		p := (i - 1) % k
+		msg := fmt.Sprintf("Prefix %d. %sQuestion %d: which track?", p, strings.Repeat(fmt.Sprintf("The switchyard sorts the freight cars of train %d onto their tracks. ", p), 10), i)
+		if r := chat(ctx, url, msg, 4); r.err != nil {
+			t.Fatalf("request %d: %v", i, r.err)
+		}
+		for _, w := range readAgreement(t, url).Workers {
+			if w.Events.State == "inconsistent" {
+				t.Logf("request %d: %s inconsistent: %s (agreement %+v)", i, w.ID, w.Events.Cause, w.Agreement)
+				return w.ID, w.Events.Cause, i
+			}
+		}
+	}
+	return "", "", 0
+}
+
+// preflightFailsAgreement runs preflight and returns its index-agreement
+// FAIL line, failing the test when there is none.
+func preflightFailsAgreement(t *testing.T, url string) string {
+	t.Helper()
+	code, out, errOut := preflight(t, url, "--probe-tokens", "500")
+	if code != 1 {
+		t.Fatalf("preflight exit %d, want 1\n%s\n%s", code, out, errOut)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "FAIL index-agreement") {
+			return l
+		}
+	}
+	t.Fatalf("preflight did not fail index-agreement:\n%s", out)
+	return ""
+}
+
+// TestLostEventsAreInconsistent: vLLM-wire engines behind bridges that
+// never publish half their KV events, with no sequence gap (nothing on the
+// wire shows it): the index is blind to the lost prefixes, and the
+// engines' own cache reports give it away within 20 requests.
+func TestLostEventsAreInconsistent(t *testing.T) {
+	url := up(t, "--workers", "2", "--engine-wire", "vllm", "--kv-events-drop", "0.5")
+	w, cause, at := untilInconsistent(t, url, 20, 3)
+	if w == "" {
+		t.Fatalf("no worker inconsistent after 20 requests with half the events lost: %+v", readAgreement(t, url))
+	}
+	if !strings.Contains(cause, "index blind") && !strings.Contains(cause, "bridge drift") {
+		t.Errorf("request %d: %s's cause %q, want index blind (or the bridge's drift)", at, w, cause)
+	}
+	if line := preflightFailsAgreement(t, url); !strings.Contains(line, w) {
+		t.Errorf("preflight's index-agreement FAIL %q does not name %s", line, w)
+	}
+}
+
+// TestSkippedRemovalsAreInconsistent: engines that evict blocks without
+// publishing BlockRemoved, with KV caches too small for the prefixes: the
+// index keeps predicting what the engines no longer hold.
+func TestSkippedRemovalsAreInconsistent(t *testing.T) {
+	url := up(t, "--workers", "2", "--engine-wire", "vllm", "--kv-events-skip-removals", "--kv-blocks", "40")
+	w, cause, at := untilInconsistent(t, url, 20, 8)
+	if w == "" {
+		t.Fatalf("no worker inconsistent after 20 requests with removals skipped: %+v", readAgreement(t, url))
+	}
+	if !strings.Contains(cause, "index stale: the index predicted") || !strings.Contains(cause, "missed block removals") {
+		t.Errorf("request %d: %s's cause %q, want index stale", at, w, cause)
+	}
+	if line := preflightFailsAgreement(t, url); !strings.Contains(line, "stale") && !strings.Contains(line, "inconsistent") {
+		t.Errorf("preflight's index-agreement FAIL %q says neither stale nor inconsistent", line)
+	}
+}
+
+// TestSmallCacheWithRemovalsAgrees is the control of the test above: the
+// same caches, the same load, removals published: no worker turns
+// inconsistent, evictions notwithstanding.
+func TestSmallCacheWithRemovalsAgrees(t *testing.T) {
+	url := up(t, "--workers", "2", "--engine-wire", "vllm", "--kv-blocks", "40")
+	if w, cause, at := untilInconsistent(t, url, 40, 8); w != "" {
+		t.Errorf("request %d: %s inconsistent with removals published: %s", at, w, cause)
 	}
 }
 
