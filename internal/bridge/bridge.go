@@ -413,6 +413,51 @@ func (b *Bridge) URL() string {
 	return "http://" + b.ln.Addr().String()
 }
 
+// drainPoll is how often a drain scrapes the engine for idleness: its
+// metrics endpoint is cheap, and a quarter second is well below a
+// request's length.
+const drainPoll = 250 * time.Millisecond
+
+// Drain marks the bridge's engine draining in the registry, so frontends
+// route nothing new to it, and returns once the engine reports no request
+// running or waiting, or after timeout; it reports whether the engine went
+// idle. The engine itself keeps running: only its traffic from this
+// deployment drains. Close the bridge after.
+func (b *Bridge) Drain(ctx context.Context, timeout time.Duration) bool {
+	b.errMu.Lock()
+	reg := b.reg
+	b.errMu.Unlock()
+	if reg != nil {
+		info := b.info
+		info.Draining = true
+		uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := reg.Update(uctx, info); err != nil {
+			b.log.Warn("drain: could not mark the engine draining in the registry; frontends learn when the bridge deregisters", "err", err)
+		}
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		// An engine whose metrics cannot be read is not taken for idle.
+		if vals, _, _, err := b.metrics(ctx); err == nil {
+			n := engineMetrics[b.cfg.Engine]
+			if vals[n.running]+vals[n.waiting] == 0 {
+				return true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-b.done:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
 // Close deregisters, stops every goroutine and closes the sockets; it
 // returns the failure that stopped the bridge, if any.
 func (b *Bridge) Close() error {

@@ -239,9 +239,35 @@ type Registration struct {
 	done chan struct{}
 	once sync.Once
 
-	mu        sync.Mutex // guards keepEntry and closeErr
+	mu        sync.Mutex // guards keepEntry, closeErr and val after Register
 	keepEntry bool       // set by abandon: stop refreshing but leave the key to expire
 	closeErr  error
+}
+
+// Update replaces the registered entry with info (same ID) and puts it at
+// once, so watchers see the change without waiting for a refresh: a
+// worker marks itself draining this way.
+func (g *Registration) Update(ctx context.Context, info WorkerInfo) error {
+	if info.ID != g.key {
+		return fmt.Errorf("bus: update worker %s: entry is for %s", info.ID, g.key)
+	}
+	val, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("bus: encode worker %s: %w", info.ID, err)
+	}
+	g.mu.Lock()
+	g.val = val
+	g.mu.Unlock()
+	if err := g.r.put(ctx, g.key, val); err != nil {
+		return fmt.Errorf("bus: update worker %s: %w", info.ID, err)
+	}
+	return nil
+}
+
+func (g *Registration) value() []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.val
 }
 
 // Register puts info under its ID and refreshes it every TTL/3 until Close
@@ -309,7 +335,7 @@ func (g *Registration) loop(ctx context.Context) {
 		case <-t.C:
 		}
 		pctx, cancel := context.WithTimeout(ctx, every)
-		err := g.r.put(pctx, g.key, g.val)
+		err := g.r.put(pctx, g.key, g.value())
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:

@@ -66,6 +66,9 @@ type WorkerInfo struct {
 	// translates the first two into chat completions for a worker without
 	// them.
 	APIs []string `json:"apis,omitempty"`
+	// Draining: the worker is shutting down gracefully. Frontends route
+	// nothing new to it; it finishes what it serves, then deregisters.
+	Draining bool `json:"draining,omitempty"`
 	// Aliases are the other names Model is served under (an engine's
 	// --served-model-name); a request for one goes to Model's pool.
 	Aliases []string `json:"aliases,omitempty"`

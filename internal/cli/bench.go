@@ -23,6 +23,7 @@ const benchUsage = `usage: switchyard bench <routing|disagg|trace|selftest> [fla
   disagg    prompt-size sweep, one request at a time, unique prompts
   trace     replay a Mooncake (JSONL) or Azure (CSV) trace's arrivals and lengths
   selftest  drive an in-process trivial SSE server to measure bench itself
+  overload  closed-loop tenants and priorities past capacity: served, shed, TTFT, token shares
 
 `
 
@@ -253,6 +254,9 @@ func parseInts(s string) ([]int, error) {
 }
 
 func runBench(ctx context.Context, args []string, env Env) int {
+	if len(args) > 0 && args[0] == "overload" {
+		return runBenchOverload(ctx, args[1:], env)
+	}
 	cfg, jsonPath, plotPath, code := parseBench(args, env)
 	if code >= 0 {
 		return code

@@ -223,6 +223,10 @@ func runBridge(ctx context.Context, f workerFlags, env Env) int {
 	fmt.Fprintf(env.Stdout, "ready: %s (bridge %s)\n", info.HTTPURL, b.URL())
 	select {
 	case <-ctx.Done():
+		fmt.Fprintf(env.Stderr, "draining: marked draining, waiting for the engine to go idle (at most %v); the engine keeps running\n", f.drainTimeout)
+		if !b.Drain(context.Background(), f.drainTimeout) {
+			fmt.Fprintln(env.Stderr, "drain timeout: the engine still has requests; deregistering anyway")
+		}
 	case <-b.Done():
 	}
 	if err := b.Close(); err != nil {

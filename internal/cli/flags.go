@@ -158,6 +158,7 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "requests open on one worker at most; when every worker is full, 429 with Retry-After (0: no limit)")
 	fs.IntVar(&c.MaxQueue, "max-queue", 1024, "requests waiting for a worker slot at most (with --max-inflight-per-worker); one more gets 429 unless it outranks a queued one")
 	fs.DurationVar(&c.QueueTimeout, "queue-timeout", 30*time.Second, "longest a request waits in the admission queue before 429 with Retry-After")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, refuse new requests (503, /health draining) and finish those being served for at most this long")
 	fs.StringVar(&c.TenantsFile, "tenants", "", "YAML file of tenants (name, key or key_sha256, weight, limits, max_priority): API keys name tenants, shared fairly under load, prefix caches isolated (see docs/overload.md)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles at /debug/pprof/ (admin access required)")
 	fs.IntVar(&c.EjectAfter, "eject-after", 2, "consecutive connect failures that eject a worker from routing until a health probe answers (one timeout ejects at once)")

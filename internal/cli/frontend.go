@@ -248,5 +248,9 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 	}
 	fmt.Fprintf(env.Stderr, "tokenizer: %s\n", tokName)
 	<-ctx.Done()
+	fmt.Fprintf(env.Stderr, "draining: finishing the requests in flight (at most %v)...\n", cfg.DrainTimeout)
+	if left := fe.Drain(cfg.DrainTimeout); left > 0 {
+		fmt.Fprintf(env.Stderr, "drain timeout: %d requests still open are cut\n", left)
+	}
 	return ExitOK
 }

@@ -368,7 +368,16 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		fe.URL(), auth, u.models[0])
 	fmt.Fprintln(env.Stderr, "Press Ctrl-C to stop.")
 	<-ctx.Done()
-	fmt.Fprintln(env.Stderr, "stopping...")
+	fmt.Fprintf(env.Stderr, "stopping: draining the frontend and the workers (at most %v)...\n", fcfg.DrainTimeout)
+	if left := fe.Drain(fcfg.DrainTimeout); left > 0 {
+		fmt.Fprintf(env.Stderr, "drain timeout: %d client requests still open are cut\n", left)
+	}
+	for _, b := range bridges {
+		b.Drain(context.Background(), fcfg.DrainTimeout)
+	}
+	for _, w := range workers {
+		w.Drain(context.Background(), fcfg.DrainTimeout)
+	}
 	return ExitOK
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -38,6 +39,7 @@ type workerFlags struct {
 	modelConfig, kvCacheDtype string
 	timingModel               string // --timing-model: a bridge's model preset for its timing profile
 	tls                       kvxfer.TLSFiles
+	drainTimeout              time.Duration
 	node                      node.WorkerConfig
 }
 
@@ -73,6 +75,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	tlsFlags(fs, &f.tls)
 	fs.StringVar(&f.node.WorkerKey, "worker-key", "", "require this bearer token on /v1/*, POST /reset_prefix_cache and /kvxfer/probe (default: $"+envWorkerKey+"; without one /v1 is open and the others admit loopback clients only)")
 	fs.StringVar(&f.linkRate, "link-rate", "", "prefill role: emulate the link to decode workers at this rate, e.g. 1gbit (in-process token bucket)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM: mark the worker draining in the registry (frontends route nothing new to it), finish what it serves, exit when idle or after this long; a bridge leaves its engine running")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return f, code
@@ -235,6 +238,12 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 	fmt.Fprintf(env.Stdout, "ready: %s\n", w.URL())
 	select {
 	case <-ctx.Done():
+		fmt.Fprintf(env.Stderr, "draining: marked draining, finishing the requests in flight (at most %v)...\n", f.drainTimeout)
+		if left := w.Drain(context.Background(), f.drainTimeout); left > 0 {
+			fmt.Fprintf(env.Stderr, "drain timeout: %d requests still running are cut\n", left)
+		} else {
+			fmt.Fprintln(env.Stderr, "drained: idle, exiting")
+		}
 	case <-w.Done():
 	}
 	if err := w.Close(); err != nil {

@@ -116,3 +116,15 @@ func (s *Server) capacity() int {
 
 // AdmissionStats reports the admission queue, for /health and the replicas.
 func (s *Server) AdmissionStats() admit.Stats { return s.adm.Stats() }
+
+// SetDraining starts (or ends) a drain: while draining, new completion
+// requests get 503 with Retry-After (a load balancer sends them to
+// another replica) and /health answers 503 with status "draining"; the
+// requests being served carry on.
+func (s *Server) SetDraining(on bool) { s.draining.Store(on) }
+
+// Serving is how many completion requests are being served or queued.
+func (s *Server) Serving() int64 { return s.serving.Load() }
+
+// HealthDraining is /health's status while the frontend drains.
+const HealthDraining = "draining"

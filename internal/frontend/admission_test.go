@@ -89,3 +89,37 @@ func TestTenants(t *testing.T) {
 		t.Errorf("beta shares its cache, but its request carries cache_salt %q", got)
 	}
 }
+
+// TestDrain: a draining worker gets no new request while another can
+// serve; a draining frontend refuses new requests with 503 and says
+// "draining" on /health.
+func TestDrain(t *testing.T) {
+	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
+	wa := a.worker(RoleAggregated)
+	wa.Draining = true
+	h := newHarness(t, Config{}, Deps{}, wa, b.worker(RoleAggregated))
+	body := `{"model":"qwen3-0.6b","prompt":"x"}`
+	for range 4 {
+		resp, got := h.do(t, "POST", "/v1/completions", body)
+		if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != "w-b" {
+			t.Errorf("status %d worker %q, want 200 from w-b: %s", resp.StatusCode, resp.Header.Get(HeaderWorker), got)
+		}
+	}
+	if n := len(a.received()); n != 0 {
+		t.Errorf("draining worker received %d requests", n)
+	}
+	var hl Health
+	_, got := h.do(t, "GET", "/health", "")
+	if err := json.Unmarshal(got, &hl); err != nil || len(hl.Workers) != 2 || !hl.Workers[0].Draining {
+		t.Errorf("/health workers %+v (%v), want w-a shown draining", hl.Workers, err)
+	}
+	h.s.SetDraining(true)
+	resp, got := h.do(t, "POST", "/v1/completions", body)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("draining frontend: status %d Retry-After %q: %s", resp.StatusCode, resp.Header.Get("Retry-After"), got)
+	}
+	resp, got = h.do(t, "GET", "/health", "")
+	if err := json.Unmarshal(got, &hl); err != nil || resp.StatusCode != http.StatusServiceUnavailable || hl.Status != HealthDraining {
+		t.Errorf("/health while draining: %d %s", resp.StatusCode, got)
+	}
+}

@@ -51,6 +51,9 @@ type Worker struct {
 	// Drift is what the worker's bridge could not index of its engine's
 	// KV events, from its load report; nil for Switchyard's own workers.
 	Drift *Drift
+	// Draining: the worker is shutting down gracefully; it finishes what
+	// it serves and gets nothing new.
+	Draining bool
 }
 
 // Refusal is a worker that registered but may not serve (model or block size

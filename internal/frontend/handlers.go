@@ -110,6 +110,14 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			}
 			s.m.requests.WithLabelValues(ep.name, strconv.Itoa(code)).Inc()
 		}()
+		s.serving.Add(1)
+		defer s.serving.Add(-1)
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+			s.fail(w, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, retryAfter: "1", kind: errKindNoWorkers,
+				msg: "frontend: this frontend is draining (shutting down); send the request to another replica"})
+			return
+		}
 		tenant, ok := s.tenantOf(r)
 		if !ok {
 			s.fail(w, &apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
@@ -345,7 +353,7 @@ func (s *Server) servingWorkers(all []Worker, mr *modelRoute) []Worker {
 	out := make([]Worker, 0, len(all))
 	for i := range all {
 		wk := &all[i]
-		if (wk.Role == RoleAggregated || wk.Role == RoleDecode) && (mr == nil && s.admits(wk) || mr != nil && mr.serves(wk)) {
+		if (wk.Role == RoleAggregated || wk.Role == RoleDecode) && !wk.Draining && (mr == nil && s.admits(wk) || mr != nil && mr.serves(wk)) {
 			out = append(out, *wk)
 		}
 	}
@@ -429,7 +437,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	}
 	var prefills []Worker
 	for _, wk := range all {
-		if wk.Role == RolePrefill && pr.model.serves(&wk) {
+		if wk.Role == RolePrefill && !wk.Draining && pr.model.serves(&wk) {
 			prefills = append(prefills, wk)
 		}
 	}

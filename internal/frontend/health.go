@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/internal/admit"
 	"github.com/switchyard-llm/switchyard/internal/openai"
 )
 
@@ -33,7 +34,10 @@ type Health struct {
 	BusDownSeconds float64        `json:"bus_down_s,omitempty"`
 	BusCause       string         `json:"bus_cause,omitempty"`
 	Workers        []WorkerHealth `json:"workers"`
-	Refused        []Refusal      `json:"refused"`
+	// Admission is the admission queue: depth by priority, slots in use,
+	// drain rate and decisions by outcome (shed, queue_timeout, ...).
+	Admission admit.Stats `json:"admission"`
+	Refused   []Refusal   `json:"refused"`
 	// Links are the prefill → decode link estimates; present only when
 	// there are prefill workers.
 	Links []LinkInfo `json:"links,omitempty"`
@@ -47,11 +51,13 @@ type WorkerHealth struct {
 	URL   string `json:"url,omitempty"` // admin only
 	// Ejected: the frontend stopped routing to the worker after connect
 	// failures or a timeout, and probes it; EjectCause is the last failure.
-	Ejected    bool         `json:"ejected,omitempty"`
-	EjectCause string       `json:"eject_cause,omitempty"`
-	InFlight   int64        `json:"inflight"` // requests this frontend has open on it
-	Load       Load         `json:"load"`
-	Events     *EventStatus `json:"events"`
+	Ejected    bool   `json:"ejected,omitempty"`
+	EjectCause string `json:"eject_cause,omitempty"`
+	InFlight   int64  `json:"inflight"` // requests this frontend has open on it
+	// Draining: the worker is shutting down; nothing new is routed to it.
+	Draining bool         `json:"draining,omitempty"`
+	Load     Load         `json:"load"`
+	Events   *EventStatus `json:"events"`
 	// Agreement is how the index's predicted cached prefixes compared
 	// with what the worker's engine served (see StateInconsistent).
 	Agreement *AgreementStatus `json:"agreement"`
@@ -106,7 +112,7 @@ func (s *Server) Health() Health {
 	}
 	for _, wk := range workers {
 		wh := WorkerHealth{ID: wk.ID, Role: wk.Role, Model: wk.Model, URL: wk.URL, Load: wk.Load,
-			InFlight: s.inflightCounter(wk.ID).Load(), BlockSize: wk.BlockSize, KVBlocks: wk.KVBlocks, MaxModelLen: wk.MaxModelLen, KVBytesPerToken: wk.KVBytesPerToken,
+			InFlight: s.inflightCounter(wk.ID).Load(), Draining: wk.Draining, BlockSize: wk.BlockSize, KVBlocks: wk.KVBlocks, MaxModelLen: wk.MaxModelLen, KVBytesPerToken: wk.KVBytesPerToken,
 			KVXferAddr: wk.KVXferAddr, Profile: wk.Profile}
 		st := EventStatus{State: "unknown", Cause: "no event consumer reports this worker"}
 		if s.deps.Events != nil {
@@ -139,7 +145,10 @@ func (s *Server) Health() Health {
 	if slices.ContainsFunc(workers, func(wk Worker) bool { return wk.Role == RolePrefill }) {
 		h.Links = s.linkInfos(workers)
 	}
-	if reason := s.unavailableReason(workers, nil); reason != "" {
+	h.Admission = s.adm.Stats()
+	if s.draining.Load() {
+		h.Status, h.Reason = HealthDraining, fmt.Sprintf("shutting down: finishing %d requests, taking none", s.serving.Load())
+	} else if reason := s.unavailableReason(workers, nil); reason != "" {
 		h.Status, h.Reason = HealthUnavailable, reason
 	} else if len(unhealthy) > 0 {
 		h.Status, h.Reason = HealthDegraded, strings.Join(unhealthy, "; ")
@@ -156,7 +165,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 			h.Workers[i].URL, h.Workers[i].KVXferAddr = "", ""
 		}
 	}
-	if h.Status == HealthUnavailable {
+	if h.Status == HealthUnavailable || h.Status == HealthDraining {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}

@@ -82,6 +82,9 @@ type Server struct {
 	known sync.Map
 	adm   *admit.Controller // admission and the fair queue
 
+	draining atomic.Bool  // SetDraining: refuse new completions, /health 503
+	serving  atomic.Int64 // completion requests in the handler, for a drain
+
 	conns  atomic.Int64 // open client connections, through Listener
 	active atomic.Int64 // completion requests being served, for MaxInflight
 

@@ -42,7 +42,7 @@ func (a adapters) toWorker(w bus.WorkerInfo) frontend.Worker {
 	fw := frontend.Worker{
 		ID: w.ID, Role: w.Role, Model: w.Model, URL: w.HTTPURL, MaxModelLen: w.MaxModelLen,
 		BlockSize: w.BlockSize, KVBlocks: w.KVBlocks, KVBytesPerToken: int64(w.KVBytesPerToken), KVXferAddr: w.KVXferAddr, Profile: w.Profile,
-		Aliases: w.Aliases, Created: w.StartedUnixMilli / 1000, APIs: w.APIs,
+		Aliases: w.Aliases, Created: w.StartedUnixMilli / 1000, APIs: w.APIs, Draining: w.Draining,
 	}
 	if len(w.Adapters) > 0 {
 		fw.Adapters = make([]frontend.Adapter, len(w.Adapters))

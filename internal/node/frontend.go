@@ -87,6 +87,7 @@ type FrontendConfig struct {
 	// Admission (see frontend.Config): the queue's bounds and the tenants.
 	MaxQueue     int
 	QueueTimeout time.Duration
+	DrainTimeout time.Duration  // --drain-timeout: the cli's wait in Drain
 	TenantsFile  string         // --tenants, loaded into Tenants by the cli
 	Tenants      *admit.Tenants // nil: one default tenant
 	Pprof        bool           // /debug/pprof/ behind the admin key
@@ -428,6 +429,30 @@ func (f *Frontend) URL() string { return f.url }
 func (f *Frontend) Server() *frontend.Server { return f.server }
 
 // Close stops the frontend and waits for it.
+// Drain stops the frontend taking new requests (503, /health "draining")
+// and returns when the requests it serves are done or after timeout,
+// whichever is first, reporting how many were left. Close it after.
+func (f *Frontend) Drain(timeout time.Duration) int64 {
+	if f.server == nil {
+		return 0
+	}
+	f.server.SetDraining(true)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond) // well below a request's length
+	defer tick.Stop()
+	for {
+		if n := f.server.Serving(); n == 0 {
+			return 0
+		}
+		select {
+		case <-deadline.C:
+			return f.server.Serving()
+		case <-tick.C:
+		}
+	}
+}
+
 func (f *Frontend) Close() error {
 	for _, s := range f.subs {
 		_ = s.Unsubscribe()

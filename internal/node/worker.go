@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -85,6 +86,11 @@ type Worker struct {
 	once   sync.Once
 	errMu  sync.Mutex
 	err    error
+
+	// active counts /v1 requests being served, so a drain knows when the
+	// worker is idle; draining refuses new ones (see Drain).
+	active   atomic.Int64
+	draining atomic.Bool
 }
 
 // TransferReport is what a decode worker publishes after each KV pull, so
@@ -199,7 +205,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		// key, may send requests. Without a key /v1 stays open (one host).
 		mux.Handle("/v1/", w.keyed(simHandler.ServeHTTP))
 	}
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	w.srv = &http.Server{Handler: w.counted(mux), ReadHeaderTimeout: 10 * time.Second}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
@@ -382,6 +388,73 @@ func (w *Worker) stop() {
 			close(w.done)
 		}()
 	})
+}
+
+// counted counts the /v1 requests h serves and, once the worker drains,
+// refuses new ones with 503: a frontend that routed one before it heard
+// of the drain retries it on another worker (a 5xx before any byte is
+// retried), so nothing new starts here.
+func (w *Worker) counted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.URL.Path, "/v1/") || r.Method != http.MethodPost {
+			h.ServeHTTP(rw, r)
+			return
+		}
+		w.active.Add(1)
+		defer w.active.Add(-1)
+		if w.draining.Load() {
+			rw.Header().Set("Retry-After", "1")
+			openai.WriteError(rw, http.StatusServiceUnavailable, openai.TypeUnavailable, "",
+				"node: worker "+w.cfg.Sim.ID+" is draining: it takes no new requests; send it to another worker")
+			return
+		}
+		h.ServeHTTP(rw, r)
+	})
+}
+
+// drainPoll is how often a drain looks for the worker to be idle: a
+// fraction of a typical request, so it exits soon after the last one.
+const drainPoll = 20 * time.Millisecond
+
+// Drain shuts the worker down gracefully: it marks itself draining in
+// the registry, so every frontend stops routing new requests to it at
+// once, refuses any that still arrive, and returns when the requests it
+// was serving are done or when timeout has passed, whichever comes
+// first. It reports how many were still running then. Close it after.
+func (w *Worker) Drain(ctx context.Context, timeout time.Duration) int {
+	w.draining.Store(true)
+	w.regMu.Lock()
+	g := w.reg
+	w.regMu.Unlock()
+	if g != nil {
+		info := w.info
+		info.Draining = true
+		uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := g.Update(uctx, info); err != nil {
+			w.cfg.Logger.Warn("drain: could not mark the worker draining in the registry; frontends learn when it deregisters", "worker", w.cfg.Sim.ID, "err", err)
+		}
+		cancel()
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		// A refused request counts for an instant too; it is not waited on
+		// beyond that.
+		if n := w.active.Load(); n == 0 {
+			return 0
+		}
+		select {
+		case <-deadline.C:
+			return int(w.active.Load())
+		case <-ctx.Done():
+			return int(w.active.Load())
+		case <-w.done:
+			return int(w.active.Load())
+		case <-tick.C:
+		}
+	}
 }
 
 // Close stops the worker and waits for it.

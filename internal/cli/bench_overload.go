@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
+)
+
+// runBenchOverload is `switchyard bench overload`: the closed-loop tenant
+// and priority mix of docs/overload.md against any deployment.
+func runBenchOverload(ctx context.Context, args []string, env Env) int {
+	fs := flag.NewFlagSet("bench overload", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	var cfg bench.OverloadConfig
+	var mix, keys, jsonPath string
+	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8000", "frontend base URL")
+	fs.StringVar(&cfg.Model, "model", "qwen3-0.6b", "model name")
+	fs.StringVar(&mix, "mix", bench.DefaultOverloadMix, "closed-loop streams as tenant:priority:streams,...")
+	fs.StringVar(&keys, "keys", "", "each tenant's API key, tenant=key,... (a tenant without one sends no Authorization)")
+	fs.DurationVar(&cfg.Duration, "duration", 20*time.Second, "how long the clients send")
+	fs.IntVar(&cfg.PromptWords, "prompt-words", 200, "words per prompt (unique prompts)")
+	fs.IntVar(&cfg.MaxTokens, "max-tokens", 64, "completion tokens per request")
+	fs.BoolVar(&cfg.HonorRetryAfter, "honor-retry-after", true, "a refused client waits Retry-After before its next request (false: 50 ms)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Minute, "per-request timeout")
+	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the prompts")
+	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout instead of the table)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	var err error
+	if cfg.Mix, err = bench.ParseOverloadMix(mix, keys); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
+		return ExitUsage
+	}
+	if cfg.Duration <= 0 || cfg.MaxTokens <= 0 || cfg.PromptWords <= 0 {
+		fmt.Fprintln(env.Stderr, "switchyard bench overload: --duration, --max-tokens and --prompt-words must be positive")
+		return ExitUsage
+	}
+	rep, err := bench.RunOverload(ctx, cfg, env.Stderr)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
+		return ExitFail
+	}
+	if jsonPath == "-" {
+		if err := bench.WriteOverloadJSON(env.Stdout, rep); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
+			return ExitFail
+		}
+		return ExitOK
+	}
+	if err := bench.WriteOverloadTable(env.Stdout, rep); err != nil {
+		fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
+		return ExitFail
+	}
+	if jsonPath != "" {
+		f, err := os.Create(jsonPath)
+		if err == nil {
+			err = bench.WriteOverloadJSON(f, rep)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard bench overload: --json: %v\n", err)
+			return ExitFail
+		}
+		fmt.Fprintf(env.Stderr, "bench: wrote %s\n", jsonPath)
+	}
+	return ExitOK
+}
