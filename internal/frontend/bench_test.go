@@ -180,13 +180,14 @@ var coldSeed atomic.Uint64
 
 func nextColdSeed() uint64 { return coldSeed.Add(1) + 1e6 }
 
-// chatBody is a streamed chat request for msgs.
+// chatBody is a streamed chat request for msgs that asks for usage, as the
+// workers' canned streams carry it.
 func chatBody(msgs ...openai.Message) string {
 	m, err := json.Marshal(msgs)
 	if err != nil {
 		panic(err)
 	}
-	return fmt.Sprintf(`{"model":%q,"messages":%s,"stream":true}`, testModel, m)
+	return fmt.Sprintf(`{"model":%q,"messages":%s,"stream":true,"stream_options":{"include_usage":true}}`, testModel, m)
 }
 
 // qwen3Dir holds Qwen3's tokenizer.json as the tokenizer oracle's npm
