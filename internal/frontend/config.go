@@ -81,6 +81,15 @@ type Config struct {
 	// EjectProbeEvery is the wait before the first health probe of an
 	// ejected worker; later probes back off to 8 times it. Default 1 s.
 	EjectProbeEvery time.Duration
+	// SuspectAfter is how long a request waits for a worker's response
+	// headers before the worker's health is checked (GET /health within
+	// SuspectCheckTimeout, one check shared by every request waiting on
+	// it). A worker that fails it is frozen or gone: it is ejected and the
+	// request retried elsewhere, so a frozen worker gets no new request
+	// about SuspectAfter+SuspectCheckTimeout after the first one it left
+	// unanswered, however long HeaderTimeout is. Defaults 1 s and 1 s.
+	SuspectAfter        time.Duration
+	SuspectCheckTimeout time.Duration
 
 	// DisaggMode is the initial disaggregation mode: never, always or auto
 	// (default); always and auto both ask the gate, passing the mode in
@@ -139,6 +148,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.EjectProbeEvery == 0 {
 		c.EjectProbeEvery = time.Second
+	}
+	if c.SuspectAfter == 0 {
+		c.SuspectAfter = time.Second
+	}
+	if c.SuspectCheckTimeout == 0 {
+		c.SuspectCheckTimeout = time.Second
 	}
 	if c.EjectAfter < 0 || c.EjectProbeEvery < 0 {
 		return fmt.Errorf("frontend: config: eject after %d failures, probe every %v: both must be positive", c.EjectAfter, c.EjectProbeEvery)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -301,5 +302,57 @@ func TestEventsAreNotHeldBack(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second): // the idle timeout is 30 s: a held-back event would show here
 		t.Fatal("tok1 did not reach the client while the worker was still streaming")
+	}
+}
+
+// TestFrozenWorkerSuspected: a worker that takes connections but answers
+// nothing, not even its /health, is given up on after SuspectAfter plus
+// the check, not the (long) header timeout: the request is retried on
+// another worker and the frozen one ejected, so the next request goes
+// elsewhere at once.
+func TestFrozenWorkerSuspected(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			b := newFakeWorker(t, "w-b")
+			h := newHarness(t, Config{HeaderTimeout: time.Minute, SuspectAfter: 100 * time.Millisecond, SuspectCheckTimeout: 200 * time.Millisecond},
+				Deps{}, frozenWorker(t, "w-frozen"), b.worker(RoleAggregated))
+			h.router.prefer = []string{"w-frozen"} // the router keeps choosing it while it may
+			body := `{"model":"qwen3-0.6b","prompt":"hello there"}`
+			if stream {
+				body = streamBody
+			}
+			resp, got := h.do(t, "POST", "/v1/completions", body)
+			if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != "w-b" {
+				t.Fatalf("status %d worker %q: %s", resp.StatusCode, resp.Header.Get(HeaderWorker), got)
+			}
+			if !h.s.ejected("w-frozen") {
+				t.Errorf("frozen worker not ejected after its failed health check")
+			}
+			if got := value(t, h.s.m.retries); got != 1 {
+				t.Errorf("retries = %v, want 1", got)
+			}
+			resp, got = h.do(t, "POST", "/v1/completions", body)
+			if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != "w-b" {
+				t.Fatalf("next request: status %d worker %q: %s", resp.StatusCode, resp.Header.Get(HeaderWorker), got)
+			}
+			if got := value(t, h.s.m.retries); got != 1 {
+				t.Errorf("next request retried: retries = %v, want still 1 (sent to w-b at once)", got)
+			}
+		})
+	}
+}
+
+// TestSlowWorkerNotSuspected: a worker slower than SuspectAfter whose
+// /health answers keeps its request.
+func TestSlowWorkerNotSuspected(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	a.setMode(modeSlow)
+	h := newHarness(t, Config{SuspectAfter: 50 * time.Millisecond, SuspectCheckTimeout: time.Second}, Deps{}, a.worker(RoleAggregated))
+	resp, got := h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hello there"}`)
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != "w-a" {
+		t.Fatalf("status %d worker %q: %s", resp.StatusCode, resp.Header.Get(HeaderWorker), got)
+	}
+	if h.s.ejected("w-a") {
+		t.Errorf("a slow worker that answers its health check was ejected")
 	}
 }

@@ -33,6 +33,14 @@ type workerState struct {
 	ejectedAt  time.Time
 	probing    bool
 	reqs       map[*tracked]struct{}
+	check      *healthCheck // the latest suspect check; see checkSuspect
+}
+
+// healthCheck is one GET /health of a worker that requests wait on.
+type healthCheck struct {
+	done chan struct{}
+	err  error     // set before done is closed
+	at   time.Time // when it ended; set before done is closed
 }
 
 // tracked is one request in flight on a worker, cancellable when the
@@ -231,6 +239,42 @@ func (s *Server) alive(ctx context.Context, wk Worker) error {
 		return fmt.Errorf("health probe: status %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// checkSuspect checks the health of a worker a request has waited
+// SuspectAfter on. Requests waiting at once share one check, and an answer
+// younger than SuspectAfter is reused: a slow but live worker with many
+// requests waiting costs one probe a second, not one per request.
+func (s *Server) checkSuspect(ctx context.Context, wk Worker) error {
+	st := s.workerState(wk.ID)
+	st.mu.Lock()
+	if c := st.check; c != nil {
+		select {
+		case <-c.done:
+			if time.Since(c.at) < s.cfg.SuspectAfter {
+				st.mu.Unlock()
+				return c.err
+			}
+		default:
+			st.mu.Unlock()
+			select {
+			case <-c.done:
+				return c.err
+			case <-ctx.Done():
+				return nil // the request ended: nothing to judge
+			}
+		}
+	}
+	c := &healthCheck{done: make(chan struct{})}
+	st.check = c
+	st.mu.Unlock()
+	// Not the request's context: the answer serves every waiter.
+	pctx, cancel := context.WithTimeout(context.Background(), s.cfg.SuspectCheckTimeout)
+	c.err = s.alive(pctx, wk)
+	cancel()
+	c.at = time.Now()
+	close(c.done)
+	return c.err
 }
 
 // routable drops ejected workers from ws. If every one is ejected it

@@ -69,7 +69,8 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
 	var idleFired, headerFired atomic.Bool
-	var wdErr atomic.Value // why the watchdog gave up on the worker
+	var wdErr atomic.Value      // why the watchdog gave up on the worker
+	var suspectErr atomic.Value // why the suspect check gave up on it
 	idle := time.AfterFunc(s.cfg.IdleTimeout, func() { idleFired.Store(true); acancel() })
 	idle.Stop() // armed once headers arrive
 	defer idle.Stop()
@@ -127,6 +128,11 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			// run the request if nothing was relayed yet.
 			ue.kind, ue.retry = errKindWorkerGone, true
 			ue.err = fmt.Errorf("left the registry (%v): %w", tr.cause.Load(), err)
+		case suspectErr.Load() != nil:
+			// Frozen or gone before answering anything: another worker
+			// may run the request, and this one is ejected (a timeout).
+			ue.kind, ue.retry = errKindTimeout, true
+			ue.err = fmt.Errorf("no answer within %v and its health check fails (%v): %w", s.cfg.SuspectAfter, suspectErr.Load(), err)
 		case idleFired.Load():
 			ue.kind, ue.retry = errKindUpstreamIdle, false
 			ue.err = fmt.Errorf("no data for %v: %w", s.cfg.IdleTimeout, err)
@@ -161,12 +167,28 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	req.Header.Set(headerRequestID, reqID)
 	var hdr *time.Timer
 	var wd *watchdog
+	// The suspect check: a worker that has not answered within
+	// SuspectAfter has its health checked; a failed check gives this
+	// attempt up (retried elsewhere, nothing was relayed) and ejects it.
+	var suspectState atomic.Int32 // 0 armed, 1 stopped, 2 fired
+	suspect := time.AfterFunc(s.cfg.SuspectAfter, func() {
+		if err := s.checkSuspect(actx, wk); err != nil && suspectState.CompareAndSwap(0, 2) {
+			suspectErr.Store(err)
+			acancel()
+		}
+	})
 	if pr.req.Stream {
 		hdr = time.AfterFunc(s.cfg.HeaderTimeout, func() { headerFired.Store(true); acancel() })
 	} else {
 		wd = s.startWatchdog(actx, wk, func(err error) { wdErr.Store(err); headerFired.Store(true); acancel() })
 	}
 	resp, err := s.client.Transport.RoundTrip(req)
+	suspect.Stop()
+	if !suspectState.CompareAndSwap(0, 1) && err == nil {
+		// The check failed just as the headers came: the request is cancelled.
+		resp.Body.Close()
+		err = context.Canceled
+	}
 	if hdr != nil && !hdr.Stop() && err == nil || wd != nil && !wd.stop() && err == nil {
 		// Headers came just as the deadline fired: the request is cancelled.
 		resp.Body.Close()
