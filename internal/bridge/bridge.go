@@ -36,7 +36,10 @@ const (
 	DefaultReplayTimeout = 2 * time.Second
 	DefaultScrapeEvery   = 500 * time.Millisecond
 	DefaultStartTimeout  = 10 * time.Minute
-	DefaultTailPoll      = time.Second
+	// DefaultNamesEvery: an adapter loaded at run time is routable within
+	// this plus one registry put.
+	DefaultNamesEvery = 2 * time.Second
+	DefaultTailPoll   = time.Second
 	// DefaultReplayBufferSteps is vLLM's default buffer_steps.
 	DefaultReplayBufferSteps = 10000
 )
@@ -103,6 +106,10 @@ type Config struct {
 	ReplayTimeout time.Duration // 0: DefaultReplayTimeout
 	ScrapeEvery   time.Duration // 0: DefaultScrapeEvery
 	StartTimeout  time.Duration // how long to wait for the engine; 0: DefaultStartTimeout
+	// NamesEvery is how often the engine's /v1/models is read again, so
+	// adapters loaded or unloaded at run time reach the registry; 0:
+	// DefaultNamesEvery.
+	NamesEvery time.Duration
 	// TailPoll is how long the engine's stream must be idle before the
 	// bridge asks replay whether a batch was lost; 0: DefaultTailPoll.
 	TailPoll   time.Duration
@@ -138,16 +145,17 @@ type Bridge struct {
 	cfg  Config
 	log  *slog.Logger
 	pub  *kvevents.Publisher
-	info bus.WorkerInfo
+	info bus.WorkerInfo // guarded by mu once the bridge runs: its names change
 	sub  zmq4.Socket
 	srv  *http.Server
 	ln   net.Listener
 	xfer *kvxfer.Server // prefill role with KVXferAddr: probe payloads only
 	prob *node.Prober   // decode role with an HTTP listener
 
-	mu     sync.Mutex // guards mirror, st and the publisher's sequence (PublishStep runs under it)
+	mu     sync.Mutex // guards mirror, st, names, info and the publisher's sequence (PublishStep runs under it)
 	mirror *Mirror
 	st     Status
+	names  engineModels // what the engine's /v1/models listed last
 
 	live     chan [][]byte
 	restarts chan struct{} // the engine's process start time changed
@@ -216,6 +224,9 @@ func (c *Config) validate() error {
 	}
 	if c.ReplayBufferSteps <= 0 {
 		c.ReplayBufferSteps = DefaultReplayBufferSteps
+	}
+	if c.NamesEvery <= 0 {
+		c.NamesEvery = DefaultNamesEvery
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = DefaultStartTimeout
@@ -294,7 +305,7 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 	b.info = bus.WorkerInfo{ID: cfg.ID, Role: cfg.Role, Model: model, HTTPURL: cfg.EngineURL, BlockSize: cfg.BlockSize,
 		KVBytesPerToken: cfg.KVBytesPerToken, KVBlocks: b.st.Load.TotalBlocks, KVEventsEnabled: true, Epoch: b.pub.Epoch(),
 		MaxModelLen: maxLen, StartedUnixMilli: time.Now().UnixMilli(), Profile: bus.Profile{Model: model, KVBytesPerToken: cfg.KVBytesPerToken},
-		APIs: b.probeAPIs(ctx)}
+		APIs: b.probeAPIs(ctx), Aliases: b.names.aliases, Adapters: b.names.adapters}
 	if cfg.Profile.PeakFLOPS > 0 {
 		b.info.Profile = cfg.Profile
 		if cfg.KVBytesPerToken > 0 {
@@ -357,6 +368,7 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 	b.errMu.Lock()
 	b.reg = g
 	b.errMu.Unlock()
+	b.goRun("served names", func() error { return b.refreshNames(runCtx, cfg.NamesEvery) })
 	return b, nil
 }
 
@@ -403,7 +415,11 @@ func (b *Bridge) Err() error {
 }
 
 // Info is the registry entry.
-func (b *Bridge) Info() bus.WorkerInfo { return b.info }
+func (b *Bridge) Info() bus.WorkerInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.info
+}
 
 // URL is the bridge's own HTTP base URL, or "".
 func (b *Bridge) URL() string {

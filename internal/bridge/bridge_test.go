@@ -293,3 +293,36 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapt
 		t.Errorf("adapterList = %q", got)
 	}
 }
+
+// An adapter the engine loads at run time reaches the registry, and leaves
+// it when unloaded; the served names are read from the engine's /v1/models.
+func TestBridgeRefreshesServedNames(t *testing.T) {
+	r := newRig(t, vllmpub.Config{})
+	withNames := func(extra string) {
+		body := `{"object":"list","data":[{"id":"Qwen/Qwen3-0.6B","object":"model","max_model_len":40960,"root":"/models/qwen3","parent":null},` +
+			`{"id":"qwen","object":"model","root":"/models/qwen3","parent":null}` + extra + `]}`
+		r.models.Store(&body)
+	}
+	withNames("")
+	b := r.startBridge(func(c *Config) { c.NamesEvery = 50 * time.Millisecond })
+	if info := b.Info(); info.Model != "Qwen/Qwen3-0.6B" || len(info.Aliases) != 1 || info.Aliases[0] != "qwen" || len(info.Adapters) != 0 {
+		t.Fatalf("registered %q aliases %q adapters %v", info.Model, info.Aliases, info.Adapters)
+	}
+	reg, err := bus.OpenRegistry(t.Context(), bus.RegistryConfig{NC: r.nc, Subjects: r.subj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := reg.WatchWorkers(t.Context(), bus.WatchConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	adapters := func() []bus.Adapter { e, _ := w.Worker("vllm-0"); return e.Adapters }
+	withNames(`,{"id":"sql-lora","object":"model","root":"/adapters/sql","parent":"Qwen/Qwen3-0.6B"}`)
+	waitFor(t, "the loaded adapter in the registry", func() bool {
+		a := adapters()
+		return len(a) == 1 && a[0] == bus.Adapter{Name: "sql-lora", Root: "/adapters/sql"}
+	})
+	withNames("")
+	waitFor(t, "the unloaded adapter gone from the registry", func() bool { return len(adapters()) == 0 })
+}

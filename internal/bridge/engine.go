@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +23,10 @@ func (b *Bridge) discover(ctx context.Context) (model string, maxLen int, err er
 	var lastErr error
 	lastLog := time.Time{}
 	for {
-		model, maxLen, lastErr = b.models(ctx)
+		var em engineModels
+		em, lastErr = b.models(ctx)
+		model, maxLen = em.base, em.maxLen
+		b.names = em
 		if lastErr == nil {
 			break
 		}
@@ -48,35 +52,106 @@ func (b *Bridge) discover(ctx context.Context) (model string, maxLen int, err er
 	return model, maxLen, nil
 }
 
-func (b *Bridge) models(ctx context.Context) (string, int, error) {
+// engineModels is what an engine's GET /v1/models lists: its model, the
+// other names it serves it under, and its LoRA adapters.
+type engineModels struct {
+	base     string
+	maxLen   int
+	aliases  []string
+	adapters []bus.Adapter
+}
+
+// sameNames reports whether m and o serve the same names.
+func (m engineModels) sameNames(o engineModels) bool {
+	return m.base == o.base && slices.Equal(m.aliases, o.aliases) && slices.Equal(m.adapters, o.adapters)
+}
+
+func (b *Bridge) models(ctx context.Context) (engineModels, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.cfg.EngineURL+"/v1/models", nil)
 	if b.cfg.WorkerKey != "" {
 		// The frontend presents the worker key on the engine's /v1, so an
 		// engine started with --api-key set to it admits the two of us.
 		req.Header.Set("Authorization", "Bearer "+b.cfg.WorkerKey)
 	}
+	var m engineModels
 	resp, err := b.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return "", 0, err
+		return m, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", 0, fmt.Errorf("GET /v1/models: %s", resp.Status)
+		return m, fmt.Errorf("GET /v1/models: %s", resp.Status)
 	}
 	var list struct {
 		Data []struct {
-			ID          string `json:"id"`
-			MaxModelLen int    `json:"max_model_len"`
+			ID          string  `json:"id"`
+			MaxModelLen int     `json:"max_model_len"`
+			Root        string  `json:"root"`
+			Parent      *string `json:"parent"`
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list); err != nil {
-		return "", 0, fmt.Errorf("GET /v1/models: %w", err)
+		return m, fmt.Errorf("GET /v1/models: %w", err)
 	}
 	if len(list.Data) == 0 {
-		return "", 0, fmt.Errorf("GET /v1/models: no model")
+		return m, fmt.Errorf("GET /v1/models: no model")
 	}
-	// vLLM lists the base model first, then LoRA adapters.
-	return list.Data[0].ID, list.Data[0].MaxModelLen, nil
+	// vLLM lists the served names first (the first is the model), then
+	// the LoRA adapters, each with its base as parent.
+	m.base, m.maxLen = list.Data[0].ID, list.Data[0].MaxModelLen
+	for _, d := range list.Data[1:] {
+		switch {
+		case d.ID == "" || d.ID == m.base:
+		case d.Parent != nil && *d.Parent != "":
+			m.adapters = append(m.adapters, bus.Adapter{Name: d.ID, Root: d.Root})
+		default:
+			m.aliases = append(m.aliases, d.ID)
+		}
+	}
+	return m, nil
+}
+
+// refreshNames re-reads the engine's served names every every and, when
+// they changed (an adapter loaded or unloaded at run time), puts the new
+// registry entry at once. A failed read keeps the names as they were: the
+// engine's health is the load reporter's to tell.
+func (b *Bridge) refreshNames(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		m, err := b.models(ctx)
+		if err != nil {
+			continue
+		}
+		b.mu.Lock()
+		same := m.sameNames(b.names)
+		if !same && m.base == b.names.base {
+			b.names = m
+			b.info.Aliases, b.info.Adapters = m.aliases, m.adapters
+		}
+		info := b.info
+		b.mu.Unlock()
+		switch {
+		case same:
+		case m.base != info.Model:
+			b.log.Warn("the engine now serves another model; restart the bridge to register it", "registered", info.Model, "engine", m.base)
+		default:
+			b.log.Info("engine's served names changed", "aliases", m.aliases, "adapters", len(m.adapters))
+			b.errMu.Lock()
+			reg := b.reg
+			b.errMu.Unlock()
+			if reg != nil {
+				if err := reg.Update(ctx, info); err != nil {
+					b.log.Warn("registry update failed; the next refresh puts it", "err", err)
+				}
+			}
+		}
+	}
 }
 
 // Metric names by engine.

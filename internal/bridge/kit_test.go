@@ -78,9 +78,22 @@ func (x *memIndex) hashes(w string) []uint64 {
 // fakeEngine serves what a bridge reads from vLLM's HTTP API; started is
 // its process_start_time_seconds.
 func fakeEngine(t testing.TB, started *atomic.Int64) *httptest.Server {
+	return fakeEngineModels(t, started, nil)
+}
+
+// baseModels is what fakeEngine's GET /v1/models lists by default.
+const baseModels = `{"object":"list","data":[{"id":"Qwen/Qwen3-0.6B","object":"model","max_model_len":40960}]}`
+
+// fakeEngineModels is fakeEngine whose GET /v1/models body is models (nil:
+// baseModels), which the test may change while it runs.
+func fakeEngineModels(t testing.TB, started *atomic.Int64, models *atomic.Pointer[string]) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(rw http.ResponseWriter, _ *http.Request) {
-		fmt.Fprint(rw, `{"object":"list","data":[{"id":"Qwen/Qwen3-0.6B","object":"model","max_model_len":40960}]}`)
+		body := baseModels
+		if models != nil {
+			body = *models.Load()
+		}
+		fmt.Fprint(rw, body)
 	})
 	mux.HandleFunc("GET /health", func(rw http.ResponseWriter, _ *http.Request) {})
 	mux.HandleFunc("GET /metrics", func(rw http.ResponseWriter, _ *http.Request) {
@@ -116,6 +129,7 @@ type rig struct {
 	pub    *vllmpub.Publisher
 	br     *Bridge
 	start  atomic.Int64
+	models atomic.Pointer[string] // the engine's GET /v1/models body
 }
 
 func newRig(t testing.TB, pcfg vllmpub.Config) *rig {
@@ -123,7 +137,9 @@ func newRig(t testing.TB, pcfg vllmpub.Config) *rig {
 	srv := bustest.Server(t, bus.EmbeddedConfig{})
 	r := &rig{t: t, nc: bustest.Connect(t, srv.ClientURL()), idx: &memIndex{w: map[string]map[uint64]uint8{}}}
 	r.start.Store(1764000000)
-	r.engine = fakeEngine(t, &r.start)
+	m := baseModels
+	r.models.Store(&m)
+	r.engine = fakeEngineModels(t, &r.start, &r.models)
 	r.subj, _ = bus.NewSubjects("")
 	var err error
 	r.cons, err = kvevents.NewConsumer(kvevents.ConsumerConfig{NC: bustest.Connect(t, srv.ClientURL()), Subjects: r.subj, Index: r.idx})
