@@ -249,3 +249,112 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	openai.WriteJSON(w, map[string]int{"input_tokens": len(pr.tokens)})
 }
+
+// endpointEmbeddings is POST /v1/embeddings, forwarded as sent.
+var endpointEmbeddings = endpoint{name: APIEmbeddings, path: "/v1/embeddings"}
+
+// handleEmbeddings serves POST /v1/embeddings: routed by load (an
+// embedding caches nothing a later request could reuse) among the
+// workers of the model that serve the endpoint, and forwarded as sent.
+func (s *Server) handleEmbeddings(w0 http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	w := &statusWriter{ResponseWriter: w0}
+	defer func() {
+		code := w.status
+		if code == 0 {
+			code = 499
+		}
+		s.m.requests.WithLabelValues(endpointEmbeddings.name, strconv.Itoa(code)).Inc()
+	}()
+	if !s.apiAuthorized(r) {
+		s.fail(w, &apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
+			msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
+		return
+	}
+	body, aerr := s.readClientBody(w, r)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	var req struct {
+		Model string          `json:"model"`
+		Input json.RawMessage `json:"input"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.fail(w, badRequest("", "frontend: request body is not a JSON object: %v", err))
+		return
+	}
+	if req.Model == "" {
+		s.fail(w, badRequest("model", "frontend: model is required"))
+		return
+	}
+	if len(req.Input) == 0 || string(req.Input) == "null" {
+		s.fail(w, badRequest("input", "frontend: input is required"))
+		return
+	}
+	pr := &parsedRequest{body: body, req: openai.CompletionRequest{Model: req.Model}, workers: s.deps.Workers.List()}
+	if pr.model, aerr = s.resolveModel(pr.workers, req.Model); aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	// The length, for the router's load accounting; no block hashes: an
+	// embedding leaves nothing in the KV cache to route to.
+	var texts []string
+	if json.Unmarshal(req.Input, &texts) != nil {
+		var one string
+		if json.Unmarshal(req.Input, &one) == nil {
+			texts = []string{one}
+		}
+	}
+	for _, t := range texts {
+		pr.tokens = append(pr.tokens, pr.model.tok.Encode(t)...)
+	}
+	reqID := w.Header().Get(headerRequestID)
+	if r.Header.Get(headerRequestID) == reqID {
+		reqID += "." + s.newRequestID()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+	defer cancel()
+	if aerr := s.serve(ctx, w, r, endpointEmbeddings, pr, reqID, "", start); aerr != nil {
+		s.fail(w, aerr)
+	}
+}
+
+// handleDetokenize serves POST /detokenize as vLLM does, {"tokens": [...]}
+// to {"prompt": text}, with the tokenizer the frontend routes by.
+func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
+	if !s.apiAuthorized(r) {
+		s.fail(w, &apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
+			msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
+		return
+	}
+	body, aerr := s.readClientBody(w, r)
+	if aerr != nil {
+		s.fail(w, aerr)
+		return
+	}
+	var req struct {
+		Model  string   `json:"model"`
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		s.fail(w, badRequest("tokens", "frontend: detokenize wants {\"tokens\": [ids]}: %v", err))
+		return
+	}
+	tok := s.tok
+	if req.Model != "" {
+		mr, aerr := s.resolveModel(s.deps.Workers.List(), req.Model)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		tok = mr.tok
+	}
+	d, ok := tok.(interface{ Decode([]uint32) string })
+	if !ok {
+		s.fail(w, &apiError{status: http.StatusNotImplemented, typ: openai.TypeServer, kind: errKindBadRequest,
+			msg: "frontend: this tokenizer cannot decode; ask a worker's /detokenize"})
+		return
+	}
+	openai.WriteJSON(w, map[string]string{"prompt": d.Decode(req.Tokens)})
+}

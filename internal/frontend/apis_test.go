@@ -352,3 +352,58 @@ func TestContentNullRefused(t *testing.T) {
 		t.Errorf("the worker was asked %d times, want only for the valid request", len(got))
 	}
 }
+
+// TestEmbeddings: /v1/embeddings goes only to workers that serve it, and
+// the simulated engine's embedding is a fixed-size unit vector, the same
+// for the same input; /detokenize inverts /tokenize.
+func TestEmbeddings(t *testing.T) {
+	chatOnly, emb := newSimWorker(t), newSimWorker(t)
+	h := newHarness(t, Config{}, Deps{}, chatOnly.worker("w-chat"), emb.worker("w-emb", APIEmbeddings))
+	var vecs [][]float64
+	for range 2 {
+		resp, b := h.do(t, "POST", "/v1/embeddings", `{"model":"qwen3-0.6b","input":["the yard","the yard"]}`)
+		var out struct {
+			Data []struct {
+				Embedding []float64 `json:"embedding"`
+			} `json:"data"`
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		if resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != "w-emb" || json.Unmarshal(b, &out) != nil || len(out.Data) != 2 || out.Usage.PromptTokens == 0 {
+			t.Fatalf("status %d on %q: %s", resp.StatusCode, resp.Header.Get(HeaderWorker), b)
+		}
+		vecs = append(vecs, out.Data[0].Embedding, out.Data[1].Embedding)
+	}
+	norm := 0.0
+	for _, x := range vecs[0] {
+		norm += x * x
+	}
+	if len(vecs[0]) != 384 || norm < 0.999 || norm > 1.001 {
+		t.Errorf("embedding of %d dimensions, squared norm %v; want 384, 1", len(vecs[0]), norm)
+	}
+	for _, v := range vecs[1:] {
+		if !slices.Equal(v, vecs[0]) {
+			t.Errorf("the same input embedded differently")
+		}
+	}
+	if got := chatOnly.asked(); len(got) != 0 {
+		t.Errorf("the worker without embeddings was asked %v", got)
+	}
+	if resp, b := h.do(t, "POST", "/v1/embeddings", `{"model":"qwen3-0.6b"}`); resp.StatusCode != 400 {
+		t.Errorf("no input: %d %s", resp.StatusCode, b)
+	}
+
+	_, tb := h.do(t, "POST", "/tokenize", `{"prompt":"switchyards sort freight"}`)
+	var toks struct {
+		Tokens []uint32 `json:"tokens"`
+	}
+	if err := json.Unmarshal(tb, &toks); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := json.Marshal(toks.Tokens)
+	resp, db := h.do(t, "POST", "/detokenize", `{"tokens":`+string(ids)+`}`)
+	if resp.StatusCode != 200 || !strings.Contains(string(db), `"prompt":"switchyards sort freight"`) {
+		t.Errorf("detokenize: %d %s", resp.StatusCode, db)
+	}
+}

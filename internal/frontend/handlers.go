@@ -221,6 +221,12 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		if len(serving) == 0 {
 			return s.unavailable(workers, &pr.model)
 		}
+		if ep.name == APIEmbeddings {
+			if serving = slices.DeleteFunc(serving, func(wk Worker) bool { return !wk.serves(APIEmbeddings) }); len(serving) == 0 {
+				return &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, kind: errKindNoWorkers,
+					msg: fmt.Sprintf("frontend: no worker of model %q serves /v1/embeddings", pr.model.base)}
+			}
+		}
 		serving = s.routable(serving)
 		if serving = s.withRoom(serving); len(serving) == 0 {
 			return s.shedError("worker", fmt.Sprintf("frontend: every worker has %d requests in flight, the --max-inflight-per-worker limit; retry after the Retry-After delay", s.cfg.MaxInflightPerWorker))
@@ -432,7 +438,8 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	mode := s.DisaggMode()
 	// In mode never the gate is still asked: it answers local (mode_never)
 	// with its predictions, so every decode response explains itself.
-	if rt.target.Role != RoleDecode || s.deps.Gate == nil {
+	// A request without block hashes (an embedding) leaves no KV to move.
+	if rt.target.Role != RoleDecode || s.deps.Gate == nil || pr.hashes == nil {
 		return rt, nil
 	}
 	var prefills []Worker

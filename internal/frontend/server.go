@@ -153,6 +153,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mux.HandleFunc("POST /v1/messages", s.handleAPI(endpointMessages))
 	s.mux.HandleFunc("POST /v1/responses", s.handleAPI(endpointResponses))
 	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
+	s.mux.HandleFunc("POST /v1/embeddings", s.handleEmbeddings)
+	s.mux.HandleFunc("POST /detokenize", s.handleDetokenize)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("POST /tokenize", s.handleTokenize)
@@ -183,6 +185,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		"POST /v1/completions":      endpointCompletions.name,
 		"POST /v1/messages":         endpointMessages.name,
 		"POST /v1/responses":        endpointResponses.name,
+		"POST /v1/embeddings":       endpointEmbeddings.name,
 	}
 	s.handler = openai.Mux(s.mux)
 	return s, nil

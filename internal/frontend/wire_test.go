@@ -39,7 +39,7 @@ func TestUnknownPathsAndMethodsAreEnvelopes(t *testing.T) {
 		status       int
 		allow        string
 	}{
-		{"POST", "/v1/embeddings", 404, ""},
+		{"POST", "/v1/audio/speech", 404, ""},
 		{"GET", "/nope", 404, ""},
 		{"GET", "/v1/chat/completions", 405, "POST"},
 		{"POST", "/v1/models", 405, "GET, HEAD"},
