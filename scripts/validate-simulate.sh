@@ -115,7 +115,7 @@ run() {
 	local url
 	url=$(wait_ready "$out/$name.up.log")
 	echo "live start: $(uptime)"
-	"$bin" bench trace --url "$url" "${wl[@]}" --json "$out/$name.live.json" >"$out/$name.live.txt" 2>"$out/$name.live.err"
+	"$bin" bench trace --url "$url" "${wl[@]}" --max-error-rate 0.02 --json "$out/$name.live.json" >"$out/$name.live.txt" 2>"$out/$name.live.err"
 	echo "live end:   $(uptime)"
 	kill -INT "$up_pid"
 	wait "$up_pid" || true

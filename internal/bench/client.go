@@ -433,7 +433,10 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 func errAdmin(what string, status int, body string) error {
 	switch status {
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return fmt.Errorf("bench: %s: HTTP %d: the frontend refused the admin key; pass --admin-key (or --api-key) with the frontend's admin key", what, status)
+		if !strings.Contains(what, "/admin/") {
+			return fmt.Errorf("bench: %s: HTTP %d: the frontend refused the API key; pass --api-key (or set $SWITCHYARD_API_KEY) with the frontend's API key", what, status)
+		}
+		return fmt.Errorf("bench: %s: HTTP %d: the frontend refused the admin key; pass --admin-key (or set $SWITCHYARD_ADMIN_KEY) with the frontend's admin key", what, status)
 	case http.StatusNotFound:
 		return fmt.Errorf("bench: %s: HTTP 404: this frontend has no admin API; run without --compare-policies/--reset-cache, or point --url at a Switchyard frontend", what)
 	}

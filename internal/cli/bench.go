@@ -31,19 +31,25 @@ const benchUsage = `usage: switchyard bench <routing|disagg|trace|selftest> [fla
 // output paths. It writes usage errors to stderr and returns an exit code
 // (-1 to go on).
 func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath string, code int) {
+	cfg, jsonPath, plotPath, _, code = parseBenchCmd(args, env)
+	return cfg, jsonPath, plotPath, code
+}
+
+// parseBenchCmd is parseBench with the exit threshold.
+func parseBenchCmd(args []string, env Env) (cfg bench.Config, jsonPath, plotPath string, maxErrorRate float64, code int) {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 			fmt.Fprint(env.Stdout, benchUsage)
 			fmt.Fprintln(env.Stdout, "Run 'switchyard bench SCENARIO --help' for a scenario's flags.")
-			return cfg, "", "", ExitOK
+			return cfg, "", "", 0, ExitOK
 		}
-		return cfg, "", "", usageError(env, "bench", "name a scenario first: routing, disagg, trace or selftest (e.g. 'switchyard bench routing --url http://127.0.0.1:8000')")
+		return cfg, "", "", 0, usageError(env, "bench", "name a scenario first: routing, disagg, trace or selftest (e.g. 'switchyard bench routing --url http://127.0.0.1:8000')")
 	}
 	cfg = bench.DefaultConfig()
 	cfg.Scenario = bench.Scenario(args[0])
 	scenarioHelp, known := benchScenarios[cfg.Scenario]
 	if !known {
-		return cfg, "", "", usageError(env, "bench", fmt.Sprintf("unknown scenario %q: want routing, disagg, trace or selftest", args[0]))
+		return cfg, "", "", 0, usageError(env, "bench", fmt.Sprintf("unknown scenario %q: want routing, disagg, trace or selftest", args[0]))
 	}
 	all := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	fs := all
@@ -78,7 +84,8 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	all.IntVar(&cfg.BlockSize, "block-size", 0, "KV block size for the hit count (default: from /health, else 16)")
 	all.DurationVar(&cfg.TTFTSLO, "ttft-slo", cfg.TTFTSLO, "goodput SLO on time to first token")
 	all.DurationVar(&cfg.ITLSLO, "itl-slo", cfg.ITLSLO, "goodput SLO on a request's mean inter-token latency")
-	all.StringVar(&jsonPath, "json", "", "write per-request records and aggregates to this JSON file")
+	all.Float64Var(&maxErrorRate, "max-error-rate", 0, "exit 1 when more than this share of a run's requests failed or were rejected (0: any failure fails the command; 1: never)")
+	all.StringVar(&jsonPath, "json", "", "write per-request records and aggregates as JSON to `FILE`; - prints them on stdout, and the table on stderr")
 	all.StringVar(&plotPath, "plot", "", "write the TTFT CDF to FILE.png and the hit ratio over time to FILE-hits.png (disagg: TTFT by prompt size to FILE-sizes.png)")
 	// Each scenario takes only the flags it uses: one that would be
 	// silently ignored is refused, and --help lists only what applies.
@@ -96,14 +103,14 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	for _, a := range args[1:] {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if strings.HasPrefix(a, "-") && fs.Lookup(name) == nil && all.Lookup(name) != nil {
-			return cfg, "", "", usageError(env, fs.Name(), fmt.Sprintf("--%s does not apply to the %s scenario (it is for: %s)", name, cfg.Scenario, benchFlagScenarios(name)))
+			return cfg, "", "", 0, usageError(env, fs.Name(), fmt.Sprintf("--%s does not apply to the %s scenario (it is for: %s)", name, cfg.Scenario, benchFlagScenarios(name)))
 		}
 		if a == "--" {
 			break
 		}
 	}
 	if code := parseFlags(fs, args[1:], env); code >= 0 {
-		return cfg, "", "", code
+		return cfg, "", "", 0, code
 	}
 	if cfg.Scenario == bench.ScenarioSelftest {
 		if !flagSet(fs, "requests") {
@@ -121,7 +128,7 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 		cfg.Warmup = warmup.v
 		if cfg.Warmup < 0 {
 			fmt.Fprintf(env.Stderr, "switchyard bench: --warmup %d: want 0 or more\n", cfg.Warmup)
-			return cfg, "", "", ExitUsage
+			return cfg, "", "", 0, ExitUsage
 		}
 	}
 	switch {
@@ -135,12 +142,17 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	cfg.AutoPrefixes = cfg.Scenario == bench.ScenarioRouting && !prefixes.set
 	if flagSet(fs, "prefix-words") && flagSet(fs, "prefix-tokens") {
 		fmt.Fprintln(env.Stderr, "switchyard bench: give --prefix-words or --prefix-tokens, not both")
-		return cfg, "", "", ExitUsage
+		return cfg, "", "", 0, ExitUsage
 	}
+	if !(maxErrorRate >= 0 && maxErrorRate <= 1) {
+		return cfg, "", "", 0, usageError(env, fs.Name(), fmt.Sprintf("--max-error-rate %g: want a share in [0, 1]", maxErrorRate))
+	}
+	cfg.URL = frontendURL(cfg.URL)
+	keysFromEnv(&cfg.APIKey, &cfg.AdminKey, os.Getenv)
 	var err error
 	if cfg.PromptTokens, err = parseInts(*promptTokens); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard bench: --prompt-tokens %q: %v (want e.g. 500,1500,3000)\n", *promptTokens, err)
-		return cfg, "", "", ExitUsage
+		return cfg, "", "", 0, ExitUsage
 	}
 	if *policies != "" {
 		cfg.Policies = strings.Split(*policies, ",")
@@ -157,24 +169,24 @@ func parseBench(args []string, env Env) (cfg bench.Config, jsonPath, plotPath st
 	for _, o := range [][2]string{{"--json", jsonPath}, {"--plot", plotPath}} {
 		if err := checkOutput(o[0], o[1]); err != nil {
 			fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", err)
-			return cfg, "", "", ExitUsage
+			return cfg, "", "", 0, ExitUsage
 		}
 	}
 	if plotPath != "" && !strings.HasSuffix(plotPath, ".png") {
 		fmt.Fprintf(env.Stderr, "switchyard bench: --plot %q: want a .png file name\n", plotPath)
-		return cfg, "", "", ExitUsage
+		return cfg, "", "", 0, ExitUsage
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
-		return cfg, "", "", ExitUsage
+		return cfg, "", "", 0, ExitUsage
 	}
 	if cfg.Scenario == bench.ScenarioTrace {
 		if err := checkReadable("--trace", cfg.TracePath); err != nil {
 			fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", err)
-			return cfg, "", "", ExitUsage
+			return cfg, "", "", 0, ExitUsage
 		}
 	}
-	return cfg, jsonPath, plotPath, -1
+	return cfg, jsonPath, plotPath, maxErrorRate, -1
 }
 
 // benchScenarios describes each scenario in its --help.
@@ -257,7 +269,7 @@ func runBench(ctx context.Context, args []string, env Env) int {
 	if len(args) > 0 && args[0] == "overload" {
 		return runBenchOverload(ctx, args[1:], env)
 	}
-	cfg, jsonPath, plotPath, code := parseBench(args, env)
+	cfg, jsonPath, plotPath, maxErrorRate, code := parseBenchCmd(args, env)
 	if code >= 0 {
 		return code
 	}
@@ -300,7 +312,38 @@ func runBench(ctx context.Context, args []string, env Env) int {
 		fmt.Fprintf(env.Stderr, "switchyard bench: %v\n", err)
 		return ExitFail
 	}
+	if msg := tooManyFailed(rep, maxErrorRate); msg != "" {
+		fmt.Fprintf(env.Stderr, "switchyard bench: %s\n", msg)
+		return ExitFail
+	}
 	return ExitOK
+}
+
+// tooManyFailed says which run's failed and rejected requests exceed
+// maxErrorRate of its requests, or "" when none does: a load test whose
+// requests failed has not measured what it was asked to, and a script
+// running it must see that in the exit code.
+func tooManyFailed(rep *bench.Report, maxErrorRate float64) string {
+	if rep == nil {
+		return ""
+	}
+	for _, r := range rep.Runs {
+		a := r.Aggregate
+		failed := a.Requests - a.OK
+		if a.Requests == 0 || failed == 0 || float64(failed) <= maxErrorRate*float64(a.Requests) {
+			continue
+		}
+		name := r.Policy
+		if r.DisaggMode != "" {
+			name = strings.TrimSpace(name + " disagg " + r.DisaggMode)
+		}
+		if name == "" {
+			name = string(rep.Scenario)
+		}
+		return fmt.Sprintf("%d of %d requests failed or were rejected in run %s (%.1f%%), above --max-error-rate %g; see the errors by kind above",
+			failed, a.Requests, name, 100*float64(failed)/float64(a.Requests), maxErrorRate)
+	}
+	return ""
 }
 
 // isTerminal reports whether w is a character device (a TTY), without

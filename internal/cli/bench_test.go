@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
 )
 
 func TestBenchUsageErrors(t *testing.T) {
@@ -90,5 +92,34 @@ func TestBenchSelftestCommand(t *testing.T) {
 	code := Main(context.Background(), []string{"bench", "selftest", "--requests", "300", "--concurrency", "8"}, nil, &out, &errb)
 	if code != ExitOK || !strings.Contains(out.String(), "streamed requests/s") {
 		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
+	}
+}
+
+// TestBenchFailsPastErrorRate: a run with failed requests fails the command
+// unless --max-error-rate allows that share.
+func TestBenchFailsPastErrorRate(t *testing.T) {
+	rep := func(requests, ok int) *bench.Report {
+		return &bench.Report{Scenario: bench.ScenarioRouting, Runs: []bench.PolicyRun{{Policy: "kv", Aggregate: bench.Aggregate{Requests: requests, OK: ok}}}}
+	}
+	for _, tc := range []struct {
+		requests, ok int
+		max          float64
+		fail         bool
+	}{
+		{2, 2, 0, false},
+		{2, 1, 0, true},
+		{40, 3, 0, true},
+		{40, 3, 0.5, true},
+		{40, 37, 0.1, false},
+		{40, 3, 1, false},
+	} {
+		msg := tooManyFailed(rep(tc.requests, tc.ok), tc.max)
+		if (msg != "") != tc.fail {
+			t.Errorf("%d/%d ok, --max-error-rate %g: %q; want failing %v", tc.ok, tc.requests, tc.max, msg, tc.fail)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"bench", "routing", "--max-error-rate", "2"}, nil, &out, &errb); code != ExitUsage || !strings.Contains(errb.String(), "--max-error-rate 2") {
+		t.Errorf("--max-error-rate 2: exit %d, %q", code, errb.String())
 	}
 }

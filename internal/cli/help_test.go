@@ -147,3 +147,23 @@ func TestJSONDashIsStdout(t *testing.T) {
 		t.Errorf("the table did not go to stderr: %.300s", errb.String())
 	}
 }
+
+// TestClientURLAndKeyEnv: the client base URL an OpenAI SDK takes is
+// accepted, and the keys come from the variables the frontend reads.
+func TestClientURLAndKeyEnv(t *testing.T) {
+	t.Setenv(envAPIKey, "api-from-env")
+	t.Setenv(envAdminKey, "admin-from-env")
+	env := Env{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
+	cfg, _, _, code := parseBench([]string{"routing", "--url", "http://h:8000/v1/"}, env)
+	if code != -1 || cfg.URL != "http://h:8000" || cfg.APIKey != "api-from-env" || cfg.AdminKey != "admin-from-env" {
+		t.Errorf("bench: code %d url %q keys %q %q", code, cfg.URL, cfg.APIKey, cfg.AdminKey)
+	}
+	pcfg, _, _, code := parsePreflight([]string{"--url", "http://h:8000/v1"}, env)
+	if code != -1 || pcfg.URL != "http://h:8000" || pcfg.APIKey != "api-from-env" || pcfg.AdminKey != "admin-from-env" {
+		t.Errorf("preflight: code %d url %q keys %q %q", code, pcfg.URL, pcfg.APIKey, pcfg.AdminKey)
+	}
+	lc, code := parseLinktest([]string{"--url", "http://h:8000/v1"}, env)
+	if code != -1 || lc.url != "http://h:8000" || lc.adminKey != "admin-from-env" {
+		t.Errorf("linktest: code %d url %q key %q", code, lc.url, lc.adminKey)
+	}
+}

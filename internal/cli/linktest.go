@@ -55,8 +55,8 @@ probe fails.
 func parseLinktest(args []string, env Env) (linktestCmd, int) {
 	var c linktestCmd
 	fs := newFlagSet("linktest", linktestAbout)
-	fs.StringVar(&c.url, "url", "http://127.0.0.1:8000", "frontend base URL")
-	fs.StringVar(&c.adminKey, "admin-key", "", "bearer token for /admin/* (empty: loopback-only admin)")
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:8000", "frontend base URL (a client's .../v1 is accepted)")
+	fs.StringVar(&c.adminKey, "admin-key", "", "bearer token for /admin/* (default: $"+envAdminKey+"; empty: loopback-only admin)")
 	fs.StringVar(&c.from, "from", "", "prefill worker id (empty: every prefill worker listed by GET /admin/links)")
 	fs.StringVar(&c.to, "to", "", "decode worker id (empty: every decode worker listed by GET /admin/links)")
 	size := fs.String("bytes", "256MiB", "bytes to transfer per pair, e.g. 64MB, 256MiB, 1GiB (at most 1GiB)")
@@ -80,6 +80,8 @@ func parseLinktest(args []string, env Env) (linktestCmd, int) {
 	if err := checkOutput("--json", c.json); err != nil {
 		return bad("%v", err)
 	}
+	c.url = frontendURL(c.url)
+	keysFromEnv(nil, &c.adminKey, os.Getenv)
 	u, err := url.Parse(c.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return bad("--url %q: want http://host:port", c.url)
@@ -160,7 +162,7 @@ func (c *linkClient) do(ctx context.Context, method, path string, body, out any)
 	}
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("linktest: %s %s: HTTP %d: pass the frontend's admin key with --admin-key", method, path, resp.StatusCode)
+		return fmt.Errorf("linktest: %s %s: HTTP %d: pass the frontend's admin key with --admin-key (or set $SWITCHYARD_ADMIN_KEY)", method, path, resp.StatusCode)
 	case resp.StatusCode/100 != 2:
 		return fmt.Errorf("linktest: %s %s: HTTP %d: %s", method, path, resp.StatusCode, errorMessage(b))
 	}

@@ -70,3 +70,28 @@ func wrote(stderr io.Writer, cmd, path string) {
 		fmt.Fprintf(stderr, "%s: wrote %s\n", cmd, path)
 	}
 }
+
+// frontendURL accepts the client base URL an OpenAI SDK takes
+// (http://host:8000/v1) where a command wants the frontend's root: the
+// commands add /v1, /admin and /health themselves. Several URLs may be
+// separated by commas.
+func frontendURL(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		p = strings.TrimRight(strings.TrimSpace(p), "/")
+		parts[i] = strings.TrimRight(strings.TrimSuffix(p, "/v1"), "/")
+	}
+	return strings.Join(parts, ",")
+}
+
+// keysFromEnv fills the API and admin keys a flag did not give from the
+// environment (getenv is os.Getenv outside tests), as the frontend reads
+// them, so a client and the frontend it tests can share the variables.
+func keysFromEnv(apiKey, adminKey *string, getenv func(string) string) {
+	if apiKey != nil && *apiKey == "" {
+		*apiKey = getenv(envAPIKey)
+	}
+	if adminKey != nil && *adminKey == "" {
+		*adminKey = getenv(envAdminKey)
+	}
+}

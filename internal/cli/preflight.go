@@ -39,9 +39,9 @@ func parsePreflight(args []string, env Env) (cfg preflight.Config, jsonPath, mdP
 		fmt.Fprint(fs.Output(), preflightUsage)
 		printFlags(fs.Output(), fs)
 	}
-	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL")
-	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer on /v1/* requests")
-	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* and pinned probes (default: --api-key)")
+	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL (a client's .../v1 is accepted)")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer on /v1/* requests (default: $"+envAPIKey+")")
+	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* and pinned probes (default: $"+envAdminKey+", else --api-key)")
 	fs.StringVar(&jsonPath, "json", "", "write the report as JSON to `FILE`; - prints it on stdout instead of the table")
 	fs.StringVar(&mdPath, "markdown", "", "also write the report as Markdown to this file")
 	promptTokens := fs.String("prompt-tokens", "1500,3000,6000", "prompt lengths for the disaggregation math")
@@ -53,6 +53,8 @@ func parsePreflight(args []string, env Env) (cfg preflight.Config, jsonPath, mdP
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return cfg, "", "", code
 	}
+	cfg.URL = frontendURL(cfg.URL)
+	keysFromEnv(&cfg.APIKey, &cfg.AdminKey, os.Getenv)
 	var err error
 	if cfg.PromptTokens, err = parseInts(*promptTokens); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard preflight: --prompt-tokens %q: %v (want e.g. 1500,3000,6000)\n", *promptTokens, err)

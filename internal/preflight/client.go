@@ -214,7 +214,10 @@ func httpError(what string, status int, body []byte) error {
 	}
 	switch status {
 	case http.StatusUnauthorized, http.StatusForbidden:
-		return fmt.Errorf("preflight: %s: HTTP %d (%s): the frontend refused admin access; pass --admin-key with the frontend's admin key", what, status, msg)
+		if !strings.Contains(what, "/admin/") && status == http.StatusUnauthorized {
+			return fmt.Errorf("preflight: %s: HTTP %d (%s): the frontend refused the API key; pass --api-key (or set $SWITCHYARD_API_KEY) with the frontend's API key", what, status, msg)
+		}
+		return fmt.Errorf("preflight: %s: HTTP %d (%s): the frontend refused admin access; pass --admin-key (or set $SWITCHYARD_ADMIN_KEY) with the frontend's admin key", what, status, msg)
 	case http.StatusNotFound:
 		return fmt.Errorf("preflight: %s: HTTP 404: this frontend lacks the endpoint; is --url a Switchyard frontend of this version?", what)
 	}

@@ -99,7 +99,7 @@ func agreement(t *testing.T, engine, workload []string) (live, sim simAggregate,
 	dir := t.TempDir()
 	livePath, simPath = filepath.Join(dir, "live.json"), filepath.Join(dir, "sim.json")
 	url := up(t, engine...)
-	cmd := exec.Command(binary(t), append([]string{"bench", "trace", "--url", url, "--json", livePath}, workload...)...)
+	cmd := exec.Command(binary(t), append([]string{"bench", "trace", "--url", url, "--json", livePath, "--max-error-rate", "0.02"}, workload...)...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("bench trace: %v\n%s", err, b)
 	}
