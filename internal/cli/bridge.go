@@ -180,7 +180,7 @@ func runBridge(ctx context.Context, f workerFlags, env Env) int {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return ExitUsage
 	}
-	nc, err := connectBus(ctx, f.bus.nats, "switchyard-bridge-"+cfg.ID, opts...)
+	nc, err := connectBus(ctx, env.Stderr, f.bus.nats, "switchyard-bridge-"+cfg.ID, opts...)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 		return ExitFail

@@ -334,10 +334,31 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-// connectBus connects to --nats, failing fast with advice.
-func connectBus(ctx context.Context, url, name string, opts ...nats.Option) (*nats.Conn, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// connectBus connects to --nats, failing fast with advice: it says on
+// notice after a second that the server is not answering, and again every
+// few seconds while it retries, so a NATS server that is not there is named
+// at once rather than after ten silent seconds.
+func connectBus(ctx context.Context, notice io.Writer, url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	const patience = 10 * time.Second
+	cctx, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		start := time.Now()
+		wait := time.NewTimer(time.Second)
+		defer wait.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wait.C:
+				fmt.Fprintf(notice, "%s: NATS at %s is not answering after %.0f s; retrying until %.0f s (is the NATS server or `switchyard frontend` running? check --nats)\n",
+					name, bus.RedactURL(url), time.Since(start).Seconds(), patience.Seconds())
+				wait.Reset(3 * time.Second)
+			}
+		}
+	}()
 	nc, err := bus.Connect(cctx, url, name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is the NATS server or `switchyard frontend` running? check --nats and the NATS login)", bus.RedactURL(url), err)

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -104,7 +105,7 @@ func (b *busConn) close() {
 // the process logs in as the frontend, and workers with passwords derived
 // from the deployment secret (secretDir, if set, is where a generated one is
 // written).
-func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, secretDir string, log *slog.Logger) (*busConn, error) {
+func startBus(ctx context.Context, notice io.Writer, bf busFlags, subj bus.Subjects, addr, name, secretDir string, log *slog.Logger) (*busConn, error) {
 	b := &busConn{url: bf.nats}
 	if bf.nats != "" {
 		opts, err := bf.login.options(os.Getenv, "", "")
@@ -112,7 +113,7 @@ func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, s
 			return nil, err
 		}
 		b.login = opts
-		if b.nc, err = connectBus(ctx, bf.nats, name, opts...); err != nil {
+		if b.nc, err = connectBus(ctx, notice, bf.nats, name, opts...); err != nil {
 			return nil, err
 		}
 		if err := bf.guardBus(ctx, b.nc, log); err != nil {
@@ -171,7 +172,7 @@ func startBus(ctx context.Context, bf busFlags, subj bus.Subjects, addr, name, s
 		return nil, fmt.Errorf("start embedded NATS on %s: %w (is the port taken? pick another with --nats-addr)", addr, err)
 	}
 	b.url = b.emb.ClientURL()
-	if b.nc, err = connectBus(ctx, b.url, name, opts...); err != nil {
+	if b.nc, err = connectBus(ctx, notice, b.url, name, opts...); err != nil {
 		b.emb.Close()
 		return nil, err
 	}
@@ -196,7 +197,7 @@ func runFrontend(ctx context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	cfg.RegistryTTL = f.bus.registryTTL
-	bc, err := startBus(ctx, f.bus, cfg.Subjects, f.natsAddr, "switchyard-frontend", os.TempDir(), log)
+	bc, err := startBus(ctx, env.Stderr, f.bus, cfg.Subjects, f.natsAddr, "switchyard-frontend", os.TempDir(), log)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard frontend: %v\n", err)
 		return ExitFail

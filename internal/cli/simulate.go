@@ -251,6 +251,9 @@ func runSimulate(ctx context.Context, args []string, env Env) int {
 		return fail(ExitFail, err)
 	}
 	writeSimulation(env.Stdout, rep, wall)
+	if msg := overloadWarning(rep, c.cfg.Workers); msg != "" {
+		fmt.Fprintln(env.Stderr, msg)
+	}
 	if c.jsonPath != "" {
 		if err := writeOutput(c.jsonPath, c.jsonOut, func(p string) error { return bench.WriteJSON(p, rep) }); err != nil {
 			return fail(ExitFail, err)
@@ -371,6 +374,24 @@ func writeSimulation(w io.Writer, rep *bench.Report, wall time.Duration) {
 		s.GoodputPerGPU, s.CostUSD, s.GPUHourUSD, s.USDPerMillionTokens, s.USDPerMillionOutput)
 	fmt.Fprintf(w, "virtual %.1f s simulated in %.2f s wall (%d requests, %.0f requests per wall second)\n",
 		s.VirtualS, wall.Seconds(), a.Requests, float64(a.Requests)/wall.Seconds())
+}
+
+// overloadWarning says so when fewer than half the requests met the SLO,
+// as bench trace warns before a replay the deployment cannot carry: a
+// report of 0/3,993 good requests is not a capacity answer. "" otherwise.
+func overloadWarning(rep *bench.Report, workers int) string {
+	if rep == nil || len(rep.Runs) == 0 || rep.Simulation == nil {
+		return ""
+	}
+	a := rep.Runs[0].Aggregate
+	if a.Requests == 0 || 2*a.GoodRequests >= a.Requests {
+		return ""
+	}
+	return fmt.Sprintf("WARNING: only %d of %d requests (%.0f%%) met the SLO (TTFT <= %gs, mean ITL <= %gs) with workers %.0f%% busy: "+
+		"this cluster is too small for the trace or the SLO is out of its reach; add workers (--workers %d), slow the arrivals (--time-scale), "+
+		"relax --ttft-slo/--itl-slo, or size it with --sweep workers=%d,%d,%d",
+		a.GoodRequests, a.Requests, 100*float64(a.GoodRequests)/float64(a.Requests), a.TTFTSLOS, a.ITLSLOS, 100*rep.Simulation.Utilization,
+		2*workers, workers, 2*workers, 4*workers)
 }
 
 type sweepDim = simulate.Dim

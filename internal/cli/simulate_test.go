@@ -181,3 +181,19 @@ func TestSimulateCompare(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulateWarnsWhenOverloaded: a run where few requests meet the SLO
+// says so, as bench trace warns before a replay the cluster cannot carry;
+// one that meets it does not.
+func TestSimulateWarnsWhenOverloaded(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"simulate", "--trace", simTrace, "--max-requests", "200", "--workers", "1", "--time-scale", "0.05"}, nil, &out, &errb)
+	if code != ExitOK || !strings.Contains(errb.String(), "WARNING: only") {
+		t.Errorf("overloaded: exit %d, stderr %q; want a warning", code, errb.String())
+	}
+	errb.Reset()
+	code = Main(context.Background(), []string{"simulate", "--trace", simTrace, "--max-requests", "50", "--workers", "4", "--model", "llama-3.1-8b", "--gpu", "h100"}, nil, &out, &errb)
+	if code != ExitOK || strings.Contains(errb.String(), "WARNING") {
+		t.Errorf("light load: exit %d, stderr %q; want no warning", code, errb.String())
+	}
+}

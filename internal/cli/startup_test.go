@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -81,4 +82,51 @@ func TestStartupFailuresSayWhatToDo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMissingNATSNamedAtOnce: a NATS server that is not there is named on
+// stderr while the connection retries, not only when it gives up.
+func TestMissingNATSNamedAtOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	var notice syncBuffer
+	if _, err := connectBus(ctx, &notice, url, "test-worker"); err == nil {
+		t.Fatal("connected to nothing")
+	}
+	if s := notice.String(); !strings.Contains(s, "not answering") || !strings.Contains(s, ln.Addr().String()) {
+		t.Errorf("notice %q; want it to name %s as not answering", s, url)
+	}
+}
+
+// TestUpWarnsAlwaysWithoutPrefill: --disagg always with no prefill worker
+// to send prefills to is a warning, not silence.
+func TestUpWarnsAlwaysWithoutPrefill(t *testing.T) {
+	var stderr bytes.Buffer
+	if _, code := parseUpFlags([]string{"--disagg", "always"}, Env{Stdout: &bytes.Buffer{}, Stderr: &stderr}); code != -1 || !strings.Contains(stderr.String(), "--prefill-workers") {
+		t.Errorf("code %d, stderr %q; want a warning naming --prefill-workers", code, stderr.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the notifier goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -122,6 +122,9 @@ func parseUpFlags(args []string, env Env) (upCmd, int) {
 	if u.linkRate != "" && u.prefillWorkers == 0 {
 		return bad("--link-rate needs --prefill-workers > 0: it emulates the prefill → decode link")
 	}
+	if u.frontend.Disagg == "always" && u.prefillWorkers == 0 {
+		fmt.Fprintln(env.Stderr, "switchyard up: warning: --disagg always without --prefill-workers: there is no prefill worker, so every request prefills locally; add --prefill-workers N to disaggregate")
+	}
 	if err := checkFrontendConfig(&u.frontend, os.Getenv); err != nil {
 		return bad("%v", err)
 	}
@@ -185,7 +188,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 
 	// The secret of up's own embedded server never leaves this process:
 	// each worker below logs in with the password derived for its id.
-	bc, err := startBus(ctx, u.bus, subj, u.natsAddr, "switchyard-up", "", log)
+	bc, err := startBus(ctx, env.Stderr, u.bus, subj, u.natsAddr, "switchyard-up", "", log)
 	if err != nil {
 		return fail(ExitFail, err)
 	}
@@ -282,7 +285,7 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		wc.HTTPAddr = "127.0.0.1:0"
 		// Each worker has its own connection and login, so the server
 		// holds it to its own id as it would a worker on another host.
-		wnc, err := connectBus(ctx, bc.url, "switchyard-up-"+s.id, bc.workerOptions(s.id)...)
+		wnc, err := connectBus(ctx, env.Stderr, bc.url, "switchyard-up-"+s.id, bc.workerOptions(s.id)...)
 		if err != nil {
 			return fail(ExitFail, err)
 		}

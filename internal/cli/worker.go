@@ -185,7 +185,7 @@ func runWorker(ctx context.Context, args []string, env Env) int {
 			fmt.Fprintf(env.Stderr, "switchyard worker: %v\n", err)
 			return ExitUsage
 		}
-		nc, err := connectBus(ctx, f.bus.nats, "switchyard-worker-"+cfg.Sim.ID, opts...)
+		nc, err := connectBus(ctx, env.Stderr, f.bus.nats, "switchyard-worker-"+cfg.Sim.ID, opts...)
 		if err != nil {
 			if errors.Is(err, nats.ErrAuthorization) {
 				err = fmt.Errorf("%w\n  a frontend's embedded NATS requires each worker's own login: "+
