@@ -213,19 +213,37 @@ func TestBlindRaceExcused(t *testing.T) {
 	}
 }
 
-// TestAgreementSkipsRemotePrefill: the decode worker of a remote prefill
-// reports the KV it pulled as cached; that is no disagreement.
-func TestAgreementSkipsRemotePrefill(t *testing.T) {
+// TestAgreementOnRemotePrefill: the decode worker of a remote prefill
+// reports the KV it pulled as cached, which no index predicts: it is not
+// judged. The prefill worker is, on its own cache report.
+func TestAgreementOnRemotePrefill(t *testing.T) {
 	p, d := newFakeWorker(t, "w-p"), newFakeWorker(t, "w-d")
 	d.cached = 592
 	h := newHarness(t, Config{}, Deps{Index: fakeIndex{}, Gate: &fakeGate{decision: GateDecision{Remote: true}}}, p.worker(RolePrefill), d.worker(RoleDecode))
 	h.router.prefer = []string{"w-d", "w-p"}
-	for range 2 * agreeTripCount {
+	h.router.overlap = 2 // 32 tokens, what the fake prefill worker reports cached
+	const n = 2 * agreeTripCount
+	for range n {
 		h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":4}`)
 	}
 	for _, wh := range h.s.Health().Workers {
-		if wh.Agreement.Requests != 0 {
-			t.Errorf("%s judged %d requests of a remote prefill", wh.ID, wh.Agreement.Requests)
+		switch ag := wh.Agreement; {
+		case wh.ID == "w-d" && ag.Requests != 0:
+			t.Errorf("decode worker judged %d requests of a remote prefill", ag.Requests)
+		case wh.ID == "w-p" && (ag.Requests != n || ag.Blind+ag.Stale != 0 || ag.CachedTokens != 32*n):
+			t.Errorf("prefill worker's agreement %+v, want %d agreeing prefills", ag, n)
+		}
+	}
+	// A prefill worker whose cache the index cannot see turns inconsistent.
+	h.router.mu.Lock()
+	h.router.overlap = 0
+	h.router.mu.Unlock()
+	for range agreeTripCount {
+		h.do(t, "POST", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":4}`)
+	}
+	for _, wh := range h.s.Health().Workers {
+		if wh.ID == "w-p" && !wh.Agreement.Inconsistent {
+			t.Errorf("prefill worker blind on its last %d prefills is not inconsistent: %+v", agreeTripCount, wh.Agreement)
 		}
 	}
 }

@@ -31,6 +31,11 @@ type route struct {
 	// prefillOverlap is the prompt's leading blocks prefill holds, as the
 	// router saw them (0 when the gate chose another prefill worker).
 	prefillOverlap int
+	// prefillIndex is the overlap the KV-event index alone showed on
+	// prefill, known (prefillJudged) when the router picked it: the
+	// prefill's cache report is checked against it.
+	prefillIndex  int
+	prefillJudged bool
 
 	// kvMeasured says the decode worker reported its KV pull: kvBytes
 	// arrived in pull (headers x-kv-pulled-bytes, x-kv-pull-ms). A worker
@@ -240,7 +245,12 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	body := pr.body
 	if rt.gated && rt.gate.Remote {
 		takeOver(rt.prefill.ID)
-		kvp, err := s.remotePrefill(ctx, ep, pr, rt.prefill, rt.prefillOverlap, reqID)
+		kvp, usage, err := s.remotePrefill(ctx, ep, pr, rt.prefill, rt.prefillOverlap, reqID)
+		if err == nil && rt.prefillJudged {
+			// The prefill leg is where a disaggregated prompt meets a
+			// cache: its report is judged like an aggregated answer.
+			s.agree(agreeInput{worker: rt.prefill.ID, hashes: pr.hashes, predicted: rt.prefillIndex, gpuPredicted: -1, usage: usage})
+		}
 		if err == nil {
 			body, err = rewriteBody(pr.body, map[string]json.RawMessage{"kv_transfer_params": kvp})
 		}
@@ -479,6 +489,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 		pid = gd.Prefill
 	} else {
 		rt.prefillOverlap = pdec.OverlapBlocks
+		rt.prefillIndex, rt.prefillJudged = pdec.indexOverlap(), true
 	}
 	j := slices.IndexFunc(prefills, func(wk Worker) bool { return wk.ID == pid })
 	if j < 0 {
