@@ -51,10 +51,14 @@
 // it is refused (CodeUnauthorized) unless the connection sent that key in
 // an Auth frame first (ClientConfig.ProbeKey does). Control frames over
 // 4 KiB are refused unread. The
-// chunk buffer is allocated only when a request is accepted, and
-// connections beyond MaxConns are closed as soon as they are accepted
-// (counted by ConnsRefused). With a CA configured, mutual TLS authenticates
-// the peer before any frame is read.
+// chunk buffer is allocated only when a request is accepted. A connection
+// takes one of the MaxConns slots only once it authenticates (a live lease
+// in its pull, or the probe key); until then it is one of MaxUnauthConns
+// (16), shared by pings and unkeyed probes, where a newcomer evicts the
+// longest idle one that had its chance (sent a request, or half a second
+// passed): pings cannot crowd out pulls. Refusals are counted by
+// ConnsRefused, evictions by ConnsEvicted. With a CA configured, mutual TLS
+// authenticates the peer before any frame is read.
 //
 // A Client is safe for concurrent use; its calls are serialised on its one
 // connection. A Server is safe for concurrent use.

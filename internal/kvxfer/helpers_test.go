@@ -50,8 +50,20 @@ func pipeClient(t testing.TB, s *Server, cfg ClientConfig, delay time.Duration) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.serveConn(srv)
+		slot := &connSlot{idle: time.Now()}
+		s.mu.Lock()
+		s.conns[srv] = slot
+		s.mu.Unlock()
+		s.serveConn(srv, slot)
 		srv.Close()
+		s.mu.Lock()
+		if s.conns[srv] == slot {
+			delete(s.conns, srv)
+			if slot.authed {
+				s.authed--
+			}
+		}
+		s.mu.Unlock()
 	}()
 	c := newClient(delayedWrites{cli, delay}, "pipe", cfg)
 	t.Cleanup(func() {

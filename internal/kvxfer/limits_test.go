@@ -3,7 +3,6 @@ package kvxfer
 import (
 	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"runtime"
 	"testing"
@@ -53,8 +52,8 @@ func rawDial(t testing.TB, addr string) net.Conn {
 // server reads (or allocates for) the block list, and the heap must not grow
 // by the announced sizes.
 func TestFloodRefusedBeforeBuffering(t *testing.T) {
-	s := startServer(t, ServerConfig{BlockBytes: 1024})
 	const conns = 200
+	s := startServer(t, ServerConfig{BlockBytes: 1024, MaxUnauthConns: conns})
 	count := (maxRequestLen - pullPrefix - 32 - 4) / 8 // ≈ 8 MiB of hashes
 	runtime.GC()
 	var before runtime.MemStats
@@ -127,41 +126,36 @@ func TestOversizedControlFrameRefused(t *testing.T) {
 	}
 }
 
-// TestConnectionCap checks connections beyond MaxConns are closed at once
-// and that a freed slot is usable again.
-func TestConnectionCap(t *testing.T) {
-	s := startServer(t, ServerConfig{BlockBytes: 1024, MaxConns: 3})
-	var held []*Client
-	for range 3 {
+// TestPingsDoNotHoldSlots is the field finding: 300 connections that only
+// ping held all 256 slots, and every pull then failed. Connections that
+// never authenticate now share MaxUnauthConns, the longest idle of them is
+// evicted for a newcomer, and a pull under a lease still gets through.
+func TestPingsDoNotHoldSlots(t *testing.T) {
+	s := startServer(t, ServerConfig{BlockBytes: 1024, MaxConns: 4, MaxUnauthConns: 4})
+	for i := range 30 {
 		c := dial(t, s.Addr(), ClientConfig{BlockBytes: 1024})
-		if _, err := c.Ping(t.Context()); err != nil { // served: counted by the server
-			t.Fatal(err)
+		if _, err := c.Ping(t.Context()); err != nil {
+			t.Fatalf("ping %d: %v", i, err)
 		}
-		held = append(held, c)
 	}
-	extra := rawDial(t, s.Addr())
-	extra.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
-		t.Fatalf("connection over the cap: read %v, want it closed", err)
+	if got := s.ConnsEvicted(); got < 26 {
+		t.Errorf("ConnsEvicted = %d after 30 ping-only connections with 4 unauthenticated slots; want at least 26", got)
 	}
-	if got := s.ConnsRefused(); got != 1 {
-		t.Errorf("ConnsRefused = %d, want 1", got)
+	hashes := randomHashes(7, 4)
+	for i := range 4 { // all the authenticated slots, held open
+		tok, _ := s.Lease(hashes, nil)
+		c := dial(t, s.Addr(), ClientConfig{BlockBytes: 1024})
+		if _, err := c.Pull(t.Context(), tok, hashes, nil); err != nil {
+			t.Fatalf("pull %d with ping-only connections open: %v", i, err)
+		}
 	}
-	held[0].Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := Dial(t.Context(), s.Addr(), ClientConfig{BlockBytes: 1024})
-		if err == nil {
-			_, err = c.Ping(t.Context())
-			c.Close()
-		}
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection admitted after one closed: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// A fifth authenticated connection is over MaxConns: refused busy.
+	tok, _ := s.Lease(hashes, nil)
+	c := dial(t, s.Addr(), ClientConfig{BlockBytes: 1024})
+	_, err := c.Pull(t.Context(), tok, hashes, nil)
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Code != CodeBusy {
+		t.Errorf("pull over MaxConns authenticated connections: %v, want busy", err)
 	}
 }
 

@@ -39,6 +39,11 @@ const (
 	// memory (a 32 KiB read buffer, a chunk buffer once a request is
 	// accepted) to under 70 MiB.
 	DefaultMaxConns = 256
+	// DefaultMaxUnauthConns: connections that have not authenticated yet
+	// (no lease claimed, no probe key) are pings, unkeyed probes and peers
+	// about to send their first pull, which they do at once; 16 of them
+	// is plenty, and a flood of them never touches the MaxConns slots.
+	DefaultMaxUnauthConns = 16
 	// DefaultMaxRequestMemory bounds the block lists of pull requests being
 	// read at once: 64 MiB is 8 Mi block hashes, 128 Mi tokens at 16 a
 	// block.
@@ -75,9 +80,15 @@ type ServerConfig struct {
 	// connection before it may ask for a probe: a probe makes the server
 	// send up to MaxProbeBytes, and has no lease to authenticate it.
 	ProbeKey string
-	// MaxConns caps concurrent connections; one more is closed as soon as
-	// it is accepted. Default DefaultMaxConns.
+	// MaxConns caps concurrent authenticated connections: those that
+	// claimed a live lease, or presented ProbeKey. A connection beyond it
+	// is refused CodeBusy when it authenticates. Default DefaultMaxConns.
 	MaxConns int
+	// MaxUnauthConns caps connections not (yet) authenticated: every
+	// connection starts as one. When they are all taken, a new connection
+	// evicts the one idle longest (not serving a request); if none is idle
+	// it is closed at once. Default DefaultMaxUnauthConns.
+	MaxUnauthConns int
 	// MaxRequestMemory caps the bytes all connections together may hold
 	// for pull requests' block lists; a pull that would exceed it is
 	// refused with CodeBusy. Default DefaultMaxRequestMemory.
@@ -111,6 +122,9 @@ func (c *ServerConfig) setDefaults() error {
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
 	}
+	if c.MaxUnauthConns <= 0 {
+		c.MaxUnauthConns = DefaultMaxUnauthConns
+	}
 	if c.MaxRequestMemory <= 0 {
 		c.MaxRequestMemory = DefaultMaxRequestMemory
 	}
@@ -131,19 +145,98 @@ type Server struct {
 	// before it is checksummed, simulating a sender with bad memory.
 	fillHook func(hash uint64, off int, p []byte)
 
-	mu     sync.Mutex // guards ln, conns, closed, reqMem
+	mu     sync.Mutex // guards ln, conns, authed, closed, reqMem and every connSlot
 	ln     net.Listener
-	conns  map[net.Conn]struct{}
+	conns  map[net.Conn]*connSlot
+	authed int // connections in conns that authenticated
 	closed bool
 	reqMem int64 // bytes of pull-request block lists being held
 	wg     sync.WaitGroup
 
-	overCap atomic.Int64 // connections closed at accept because of MaxConns
+	overCap atomic.Int64 // connections closed at accept: no unauthenticated slot free
+	evicted atomic.Int64 // idle unauthenticated connections closed for a new one
+	busyCap atomic.Int64 // authentications refused because MaxConns were taken
 }
 
-// ConnsRefused reports how many connections were closed at accept because
-// MaxConns were open.
-func (s *Server) ConnsRefused() int64 { return s.overCap.Load() }
+// connSlot is what the server knows of one connection (guarded by mu).
+type connSlot struct {
+	authed bool
+	busy   bool      // serving a request: never evicted
+	served bool      // it has sent a request, and is still not authenticated
+	idle   time.Time // when it last finished a request (or was accepted)
+}
+
+// unauthGrace is how long a new connection may stay silent before it can
+// be evicted: a real peer sends its pull (or key) right after connecting,
+// so a burst of them is not evicted before its first frame is read, while
+// one that sent a ping, or nothing for this long, has had its chance.
+const unauthGrace = 500 * time.Millisecond
+
+// evictable: not authenticated, not serving, and past its first request
+// or its grace.
+func (c *connSlot) evictable(now time.Time) bool {
+	return !c.authed && !c.busy && (c.served || now.Sub(c.idle) > unauthGrace)
+}
+
+// ConnsRefused reports how many connections were closed at accept, every
+// unauthenticated slot being busy, or refused when they authenticated,
+// every authenticated slot being taken.
+func (s *Server) ConnsRefused() int64 { return s.overCap.Load() + s.busyCap.Load() }
+
+// ConnsEvicted reports how many idle unauthenticated connections were closed
+// to admit a new connection.
+func (s *Server) ConnsEvicted() int64 { return s.evicted.Load() }
+
+// admit makes room for a new, unauthenticated connection; false means
+// there is none. Called with mu held.
+func (s *Server) admit() bool {
+	if len(s.conns)-s.authed < s.cfg.MaxUnauthConns {
+		return true
+	}
+	var victim net.Conn
+	var oldest time.Time
+	now := time.Now()
+	for c, slot := range s.conns {
+		if slot.evictable(now) && (victim == nil || slot.idle.Before(oldest)) {
+			victim, oldest = c, slot.idle
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(s.conns, victim)
+	victim.Close()
+	if n := s.evicted.Add(1); n&(n-1) == 0 { // log at 1, 2, 4, 8, ... evictions
+		s.cfg.Logger.Warn("kvxfer: unauthenticated connections full; closing the longest idle", "max_unauth_conns", s.cfg.MaxUnauthConns, "evicted_total", n)
+	}
+	return true
+}
+
+// authenticate moves the connection to the authenticated slots; false
+// means MaxConns are taken (or it was evicted meanwhile).
+func (s *Server) authenticate(raw net.Conn, slot *connSlot) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slot.authed {
+		return true
+	}
+	if s.conns[raw] != slot || s.authed >= s.cfg.MaxConns {
+		return false
+	}
+	slot.authed = true
+	s.authed++
+	return true
+}
+
+// setBusy marks the connection serving a request, or idle again.
+func (s *Server) setBusy(slot *connSlot, busy bool) {
+	s.mu.Lock()
+	slot.busy = busy
+	if !busy {
+		slot.idle, slot.served = time.Now(), true
+	}
+	s.mu.Unlock()
+}
 
 // reserve takes n bytes of the request memory budget; false means it is
 // spent.
@@ -169,7 +262,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, leases: newLeaseTable(cfg.LeaseTTL), conns: make(map[net.Conn]struct{})}, nil
+	return &Server{cfg: cfg, leases: newLeaseTable(cfg.LeaseTTL), conns: make(map[net.Conn]*connSlot)}, nil
 }
 
 // Start listens on the configured address and serves in the background.
@@ -258,26 +351,32 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			c.Close()
 			return
 		}
-		if len(s.conns) >= s.cfg.MaxConns {
+		if !s.admit() {
 			s.mu.Unlock()
 			// Count before closing: a peer that sees the close must find
 			// it counted in ConnsRefused.
 			n := s.overCap.Add(1)
 			c.Close()
 			if n&(n-1) == 0 { // log at 1, 2, 4, 8, ... refusals
-				s.cfg.Logger.Warn("kvxfer: connection limit reached; closing new connections", "max_conns", s.cfg.MaxConns, "refused_total", n)
+				s.cfg.Logger.Warn("kvxfer: every unauthenticated connection is busy; closing new connections", "max_unauth_conns", s.cfg.MaxUnauthConns, "refused_total", n)
 			}
 			continue
 		}
-		s.conns[c] = struct{}{}
+		slot := &connSlot{idle: time.Now()}
+		s.conns[c] = slot
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			err := s.serveConn(c)
+			err := s.serveConn(c, slot)
 			c.Close()
 			s.mu.Lock()
-			delete(s.conns, c)
+			if s.conns[c] == slot {
+				delete(s.conns, c)
+				if slot.authed {
+					s.authed--
+				}
+			}
 			closed := s.closed
 			s.mu.Unlock()
 			if err != nil && !closed {
@@ -293,6 +392,8 @@ func (s *Server) acceptLoop(ln net.Listener) {
 // than its read buffer.
 type serverConn struct {
 	s    *Server
+	raw  net.Conn // the accepted connection, the key of its slot
+	slot *connSlot
 	conn net.Conn
 	fr   *frameReader
 	buf  []byte
@@ -309,7 +410,7 @@ func (sc *serverConn) chunkBuf() []byte {
 	return sc.buf[:0]
 }
 
-func (s *Server) serveConn(raw net.Conn) error {
+func (s *Server) serveConn(raw net.Conn, slot *connSlot) error {
 	var conn net.Conn = raw
 	if s.cfg.Shaper != nil {
 		conn = linkemu.Conn(conn, s.cfg.Shaper)
@@ -322,7 +423,7 @@ func (s *Server) serveConn(raw net.Conn) error {
 		}
 		conn = tc
 	}
-	sc := &serverConn{s: s, conn: conn, fr: newFrameReader(conn), probeOK: s.cfg.ProbeKey == ""}
+	sc := &serverConn{s: s, raw: raw, slot: slot, conn: conn, fr: newFrameReader(conn), probeOK: s.cfg.ProbeKey == ""}
 	for {
 		// One deadline for the whole request frame: a peer that trickles
 		// bytes cannot hold the connection past IOTimeout per request, and
@@ -339,58 +440,75 @@ func (s *Server) serveConn(raw net.Conn) error {
 		if err != nil {
 			return fmt.Errorf("kvxfer: read request: %w", err)
 		}
-		switch typ {
-		case framePullRequest:
-			req, err := sc.readPull(n)
-			if err != nil {
-				return ignoreRefusal(err)
-			}
-			if err := sc.servePull(req); err != nil {
-				return ignoreRefusal(err)
-			}
-		case frameAuth:
-			if n > maxControlLen {
-				return ignoreRefusal(sc.refuseConn(CodeBadRequest, fmt.Sprintf("auth of %d bytes: at most %d", n, maxControlLen)))
-			}
-			p := sc.ctl[:n]
-			if err := sc.fr.read(p); err != nil {
-				return fmt.Errorf("kvxfer: read request: %w", err)
-			}
-			if s.cfg.ProbeKey != "" {
-				sc.probeOK = subtle.ConstantTimeCompare(p, []byte(s.cfg.ProbeKey)) == 1
-			}
-		case frameProbeRequest, framePing:
-			if n > maxControlLen {
-				return ignoreRefusal(sc.refuseConn(CodeBadRequest, fmt.Sprintf("request type 0x%02x of %d bytes: at most %d", typ, n, maxControlLen)))
-			}
-			p := sc.ctl[:n]
-			if err := sc.fr.read(p); err != nil {
-				return fmt.Errorf("kvxfer: read request: %w", err)
-			}
-			if typ == frameProbeRequest {
-				if !sc.probeOK {
-					return ignoreRefusal(sc.refuseConn(CodeUnauthorized, "probe: present the probe key first (the workers' --worker-key)"))
-				}
-				var req probeRequest
-				if err := req.decode(p); err != nil {
-					return sc.refuse(CodeBadRequest, fmt.Sprintf("probe request: %v", err))
-				}
-				if err := sc.serveProbe(req.N); err != nil {
-					return ignoreRefusal(err)
-				}
-				continue
-			}
-			var req ping
-			if err := req.decode(p); err != nil {
-				return sc.refuse(CodeBadRequest, fmt.Sprintf("ping: %v", err))
-			}
-			if err := sc.write(req.appendTo(sc.ctl[:0:0], framePong)); err != nil {
-				return err
-			}
-		default:
-			return sc.refuse(CodeBadRequest, fmt.Sprintf("unknown request type 0x%02x", typ))
+		s.setBusy(slot, true)
+		end, err := sc.serveRequest(typ, n)
+		s.setBusy(slot, false)
+		if end {
+			return err
 		}
 	}
+}
+
+// serveRequest serves one request frame whose header was read. end says
+// the connection is over (a refusal was sent, or it failed with err).
+func (sc *serverConn) serveRequest(typ byte, n int) (end bool, err error) {
+	s := sc.s
+	switch typ {
+	case framePullRequest:
+		req, err := sc.readPull(n)
+		if err != nil {
+			return true, ignoreRefusal(err)
+		}
+		if err := sc.servePull(req); err != nil {
+			return true, ignoreRefusal(err)
+		}
+	case frameAuth:
+		if n > maxControlLen {
+			return true, ignoreRefusal(sc.refuseConn(CodeBadRequest, fmt.Sprintf("auth of %d bytes: at most %d", n, maxControlLen)))
+		}
+		p := sc.ctl[:n]
+		if err := sc.fr.read(p); err != nil {
+			return true, fmt.Errorf("kvxfer: read request: %w", err)
+		}
+		if s.cfg.ProbeKey != "" {
+			sc.probeOK = subtle.ConstantTimeCompare(p, []byte(s.cfg.ProbeKey)) == 1
+			if sc.probeOK && !s.authenticate(sc.raw, sc.slot) {
+				s.busyCap.Add(1)
+				return true, ignoreRefusal(sc.refuseConn(CodeBusy, fmt.Sprintf("all %d authenticated connections are in use; retry", s.cfg.MaxConns)))
+			}
+		}
+	case frameProbeRequest, framePing:
+		if n > maxControlLen {
+			return true, ignoreRefusal(sc.refuseConn(CodeBadRequest, fmt.Sprintf("request type 0x%02x of %d bytes: at most %d", typ, n, maxControlLen)))
+		}
+		p := sc.ctl[:n]
+		if err := sc.fr.read(p); err != nil {
+			return true, fmt.Errorf("kvxfer: read request: %w", err)
+		}
+		if typ == frameProbeRequest {
+			if !sc.probeOK {
+				return true, ignoreRefusal(sc.refuseConn(CodeUnauthorized, "probe: present the probe key first (the workers' --worker-key)"))
+			}
+			var req probeRequest
+			if err := req.decode(p); err != nil {
+				return true, sc.refuse(CodeBadRequest, fmt.Sprintf("probe request: %v", err))
+			}
+			if err := sc.serveProbe(req.N); err != nil {
+				return true, ignoreRefusal(err)
+			}
+			return false, nil
+		}
+		var req ping
+		if err := req.decode(p); err != nil {
+			return true, sc.refuse(CodeBadRequest, fmt.Sprintf("ping: %v", err))
+		}
+		if err := sc.write(req.appendTo(sc.ctl[:0:0], framePong)); err != nil {
+			return true, err
+		}
+	default:
+		return true, sc.refuse(CodeBadRequest, fmt.Sprintf("unknown request type 0x%02x", typ))
+	}
+	return false, nil
 }
 
 // pullPrefix is a PullRequest's fixed start: version, block bytes, lease
@@ -428,6 +546,12 @@ func (sc *serverConn) readPull(n int) (*pullRequest, error) {
 	leased, code := sc.s.leases.peek(req.Lease)
 	if code != 0 {
 		return nil, sc.refuseConn(code, fmt.Sprintf("lease %q: %s", req.Lease, code))
+	}
+	// A live lease authenticates the connection: only now may it take one
+	// of the MaxConns slots (pings and refused pulls never do).
+	if !sc.s.authenticate(sc.raw, sc.slot) {
+		sc.s.busyCap.Add(1)
+		return nil, sc.refuseConn(CodeBusy, fmt.Sprintf("all %d authenticated connections are in use; retry", sc.s.cfg.MaxConns))
 	}
 	count := int(binary.BigEndian.Uint32(rest[ll:]))
 	if count > leased || n != pullPrefix+ll+4+8*count {

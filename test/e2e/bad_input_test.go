@@ -5,10 +5,13 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOversizedPromptsBounded: twelve prompts of 3.5M tokens each, far past
@@ -62,4 +65,59 @@ func TestOversizedPromptsBounded(t *testing.T) {
 	if growth > 4*bodyMB {
 		t.Errorf("frontend RSS grew %.1f MB for twelve oversized prompts; want at most 4 bodies (%.0f MB): memory must not grow with the prompt's tokens", growth, 4*bodyMB)
 	}
+}
+
+// TestKVXferPingFlood: 300 connections that only ping the prefill worker's
+// KV transfer port (no lease, no key) must not hold the slots pulls need:
+// disaggregated requests keep moving their KV over it.
+func TestKVXferPingFlood(t *testing.T) {
+	t.Parallel()
+	url := up(t, "--workers", "1", "--prefill-workers", "1", "--disagg", "always", "--speedup", "20")
+	var h struct {
+		Workers []struct {
+			Role       string `json:"role"`
+			KVXferAddr string `json:"kvxfer_addr"`
+		} `json:"workers"`
+	}
+	getJSON(t, url+"/health", &h)
+	addr := ""
+	for _, w := range h.Workers {
+		if w.Role == "prefill" {
+			addr = w.KVXferAddr
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no prefill worker with a kvxfer address in /health: %+v", h)
+	}
+	// A ping frame: type 0x03, length 8, an 8-byte nonce; the pong is 13 bytes.
+	ping := []byte{0x03, 0, 0, 0, 8, 1, 2, 3, 4, 5, 6, 7, 8}
+	answered := 0
+	for range 300 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial kvxfer %s: %v", addr, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(ping); err == nil {
+			if _, err := io.ReadFull(c, make([]byte, 13)); err == nil {
+				answered++
+			}
+		}
+	}
+	prompt := strings.Repeat("switchyard signal lantern ", 200)
+	for i := range 5 {
+		body := fmt.Sprintf(`{"model":"qwen3-0.6b","prompt":"%d %s","max_tokens":2}`, i, prompt)
+		resp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("x-switchyard-prefill") != "remote" || resp.Header.Get("x-switchyard-kv-bytes") == "0" {
+			t.Errorf("request %d with 300 ping-only kvxfer connections open: status %d, prefill %q (%s), kv bytes %q", i, resp.StatusCode,
+				resp.Header.Get("x-switchyard-prefill"), resp.Header.Get("x-switchyard-prefill-reason"), resp.Header.Get("x-switchyard-kv-bytes"))
+		}
+	}
+	t.Logf("%d of 300 ping-only connections were answered before being evicted", answered)
 }
