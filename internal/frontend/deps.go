@@ -169,6 +169,11 @@ type EventStatus struct {
 	Gaps         uint64        `json:"gaps"`
 	Resyncs      uint64        `json:"resyncs"`
 	Malformed    uint64        `json:"malformed"`
+	// ImplausibleEpoch counts batches ignored for an epoch the registry
+	// does not vouch for; ResyncFailures, resyncs that did not end in
+	// sync (each doubles the wait before the next, up to 30 s).
+	ImplausibleEpoch uint64 `json:"implausible_epoch"`
+	ResyncFailures   uint64 `json:"resync_failures"`
 	// IndexedBlocks is what the prefix index holds for the worker, per KV
 	// tier (gpu, cpu, disk); a block in two tiers counts in both.
 	IndexedBlocks map[string]int `json:"indexed_blocks,omitempty"`

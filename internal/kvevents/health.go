@@ -69,6 +69,14 @@ type WorkerHealth struct {
 	Resyncs      uint64        `json:"resyncs"`   // snapshots installed
 	Malformed    uint64        `json:"malformed"` // undecodable messages on its subject
 	Stale        uint64        `json:"stale"`     // ignored: duplicate, old-epoch, or sent while disabled
+	// Implausible counts batches ignored for a newer epoch than the
+	// registry entry's (or, before the entry is known, one from the
+	// future): no restart, a forgery or a broken publisher.
+	Implausible uint64 `json:"implausible_epoch"`
+	// ResyncFailures counts resync attempts that did not end in sync (a
+	// failed snapshot request, or a snapshot the buffered batches do not
+	// follow); each doubles the wait before the next, up to 30 s.
+	ResyncFailures uint64 `json:"resync_failures"`
 	// TierBlocks splits Blocks by medium: GPU, CPU, disk.
 	TierBlocks [3]uint64 `json:"tier_blocks"`
 	// UnknownMedia counts events (and snapshot tiers) whose medium was not

@@ -131,6 +131,7 @@ func (a adapters) EventStatus(id string) (frontend.EventStatus, bool) {
 	return frontend.EventStatus{
 		State: h.State.String(), Cause: h.Cause, Epoch: h.Epoch, LastSeq: h.LastSeq, LastEventAge: h.LastEventAge,
 		Batches: h.Batches, Blocks: h.Blocks, Gaps: h.Gaps, Resyncs: h.Resyncs, Malformed: h.Malformed,
+		ImplausibleEpoch: h.Implausible, ResyncFailures: h.ResyncFailures,
 		IndexedBlocks: tierMap(a.f.index.WorkerTierBlocks(id)), UnknownMedia: h.UnknownMedia,
 	}, true
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
+	"github.com/switchyard-llm/switchyard/internal/kvevents"
 )
 
 // startConfiguredNATS runs an external nats-server whose authorization
@@ -254,5 +256,57 @@ func TestUnauthenticatedBusRefused(t *testing.T) {
 		if out := p.output(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "without credentials (--nats-insecure)") {
 			t.Errorf("a process on an open bus with --nats-insecure did not warn:\n%s", out)
 		}
+	}
+}
+
+type healthEvents struct {
+	Workers []struct {
+		ID     string `json:"id"`
+		Events struct {
+			State            string `json:"state"`
+			Epoch            uint64 `json:"epoch"`
+			Resyncs          uint64 `json:"resyncs"`
+			ImplausibleEpoch uint64 `json:"implausible_epoch"`
+			ResyncFailures   uint64 `json:"resync_failures"`
+		} `json:"events"`
+	} `json:"workers"`
+}
+
+// TestPoisonedEpoch replays the probe's poisoned batch with w3's real
+// credentials, on w3's own KV subject: one batch with epoch 2^64-2 made the
+// frontend resync w3 17,609 times in 20 s at 64% of a core, and w3 stayed
+// resyncing. The epoch is not the registry's, so the batch is counted and
+// ignored: no resync follows and w3 stays healthy.
+func TestPoisonedEpoch(t *testing.T) {
+	for _, external := range []bool{false, true} {
+		t.Run(map[bool]string{false: "embedded", true: "external nats-server"}[external], func(t *testing.T) {
+			r := newBusRig(t, external, "w3")
+			w3 := func() (state string, resyncs, implausible uint64) {
+				var h healthEvents
+				getJSON(t, r.url+"/health", &h)
+				for _, w := range h.Workers {
+					if w.ID == "w3" {
+						return w.Events.State, w.Events.Resyncs, w.Events.ImplausibleEpoch
+					}
+				}
+				return "", 0, 0
+			}
+			eventually(t, 15*time.Second, "w3's events healthy", func() bool { s, _, _ := w3(); return s == "healthy" })
+			_, before, _ := w3()
+			nc := r.as(t, "w3")
+			subj, _ := bus.NewSubjects("default")
+			b := kvevents.Batch{WorkerID: "w3", Epoch: math.MaxUint64 - 1, Seq: 1, UnixNano: time.Now().UnixNano()}
+			if err := nc.Publish(subj.KVEvents("w3"), kvevents.AppendBatch(nil, &b)); err != nil {
+				t.Fatal(err)
+			}
+			nc.Flush()
+			eventually(t, 10*time.Second, "the poisoned batch counted", func() bool { _, _, n := w3(); return n >= 1 })
+			// Observation window: a resync loop shows in it.
+			time.Sleep(2 * time.Second)
+			state, after, _ := w3()
+			if state != "healthy" || after != before {
+				t.Errorf("after the poisoned batch: w3 %s with %d resyncs (had %d); want healthy with none more", state, after, before)
+			}
+		})
 	}
 }
