@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,6 +86,10 @@ type ClientConfig struct {
 	AdminKey string
 	MaxConns int           // idle connections kept per host; at least the concurrency
 	Timeout  time.Duration // per request
+	// API is the endpoint requests go to: APICompletions (the default,
+	// prompts as token IDs), APIChat, APIMessages or APIResponses (prompts
+	// as the text the token IDs decode to).
+	API string
 }
 
 // Client sends streamed completions and admin calls to one frontend. It is
@@ -100,6 +105,7 @@ type Client struct {
 	tr       *http.Transport
 	model    []byte // JSON-encoded model name
 	bufs     sync.Pool
+	api      string
 }
 
 // NewClient returns a client with its own transport, sized for cfg.MaxConns
@@ -119,7 +125,7 @@ func NewClient(cfg ClientConfig) *Client {
 		bases = []string{""}
 	}
 	c := &Client{base: bases[0], bases: bases, down: make([]atomic.Bool, len(bases)), apiKey: cfg.APIKey, adminKey: cfg.AdminKey, timeout: cfg.Timeout,
-		hc: &http.Client{Transport: tr}, tr: tr}
+		hc: &http.Client{Transport: tr}, tr: tr, api: cmp.Or(cfg.API, APICompletions)}
 	c.SetModel("")
 	return c
 }
@@ -163,7 +169,11 @@ func (c *Client) Complete(ctx context.Context, b *PromptBuilder, it *Item, rec *
 	}
 	defer c.bufs.Put(rb)
 	rb.tokens = it.AppendPrompt(b, rb.tokens[:0])
-	rb.body = c.appendBody(rb.body[:0], rb.tokens, it.MaxTokens)
+	if c.api == APICompletions {
+		rb.body = c.appendBody(rb.body[:0], rb.tokens, it.MaxTokens)
+	} else {
+		rb.body = c.appendTextBody(rb.body[:0], rb.tokens, it.MaxTokens)
+	}
 
 	rec.Index, rec.Group, rec.InputTokens, rec.SharedTokens, rec.MaxTokens = it.Index, it.Group, len(rb.tokens), it.SharedTokens, it.MaxTokens
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -178,7 +188,7 @@ func (c *Client) Complete(ctx context.Context, b *PromptBuilder, it *Item, rec *
 			rec.Frontend = c.bases[i]
 		}
 		var req *http.Request
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.bases[i]+"/v1/completions", bytes.NewReader(rb.body))
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, c.bases[i]+apiPaths[c.api], bytes.NewReader(rb.body))
 		if err != nil {
 			rec.fail(0, "request", err.Error())
 			return
@@ -254,6 +264,10 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, start time.Time
 	for {
 		payload, err := sr.Next()
 		now := time.Now()
+		if err == nil && c.api != APICompletions && c.api != APIChat && openai.StreamEnd(payload) {
+			c.usage(payload, rec) // the last event of these APIs carries the usage
+			err = openai.ErrStreamDone
+		}
 		if errors.Is(err, openai.ErrStreamDone) {
 			rec.E2ES = now.Sub(start).Seconds()
 			break
@@ -280,7 +294,14 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, start time.Time
 			rec.fail(rec.Status, "stream_"+kind, e.Error.Message)
 			return
 		}
-		if hasText(payload) {
+		if c.api == APIResponses && bytes.Contains(payload, []byte(`"type":"error"`)) {
+			var e struct{ Code, Message string }
+			_ = json.Unmarshal(payload, &e)
+			rec.E2ES = now.Sub(start).Seconds()
+			rec.fail(rec.Status, "stream_"+cmp.Or(e.Code, "unknown"), e.Message)
+			return
+		}
+		if c.hasText(payload) {
 			if rec.Chunks == 0 {
 				rec.TTFTS = now.Sub(start).Seconds()
 			} else {
@@ -292,17 +313,22 @@ func (c *Client) readStream(ctx context.Context, body io.Reader, start time.Time
 			last = now
 			rec.Chunks++
 		}
-		if v, ok := jsonValue(payload, "usage"); ok && len(v) > 0 && v[0] == '{' {
-			var u struct {
-				Usage openai.Usage `json:"usage"`
-			}
-			if err := json.Unmarshal(payload, &u); err != nil {
-				rec.fail(rec.Status, "bad_usage", "usage chunk: "+err.Error())
-				return
-			}
-			rec.PromptTokens, rec.CompletionTokens = u.Usage.PromptTokens, u.Usage.CompletionTokens
-			if d := u.Usage.PromptTokensDetails; d != nil {
-				rec.CachedTokens, rec.KVTiers = d.CachedTokens, d.KVTiers
+		if c.api == APIMessages && bytes.Contains(payload, []byte(`"message_delta"`)) {
+			messageUsage(payload, rec)
+		}
+		if c.api == APICompletions || c.api == APIChat {
+			if v, ok := jsonValue(payload, "usage"); ok && len(v) > 0 && v[0] == '{' {
+				var u struct {
+					Usage openai.Usage `json:"usage"`
+				}
+				if err := json.Unmarshal(payload, &u); err != nil {
+					rec.fail(rec.Status, "bad_usage", "usage chunk: "+err.Error())
+					return
+				}
+				rec.PromptTokens, rec.CompletionTokens = u.Usage.PromptTokens, u.Usage.CompletionTokens
+				if d := u.Usage.PromptTokensDetails; d != nil {
+					rec.CachedTokens, rec.KVTiers = d.CachedTokens, d.KVTiers
+				}
 			}
 		}
 	}

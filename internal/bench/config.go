@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -30,9 +31,12 @@ const (
 type Config struct {
 	Scenario Scenario
 
-	URL      string // frontend base URL, e.g. http://127.0.0.1:8000; several separated by commas spread the load
-	Model    string // empty: the first id of GET /v1/models
-	APIKey   string // Authorization: Bearer for the OpenAI API
+	URL    string // frontend base URL, e.g. http://127.0.0.1:8000; several separated by commas spread the load
+	Model  string // empty: the first id of GET /v1/models
+	APIKey string // Authorization: Bearer for the OpenAI API
+	// API is the endpoint driven: APICompletions (default), APIChat,
+	// APIMessages or APIResponses.
+	API      string
 	AdminKey string // Authorization: Bearer for /admin/*; empty: APIKey
 
 	// Routing scenario.
@@ -122,6 +126,12 @@ func (c *Config) Validate() error {
 	case ScenarioRouting, ScenarioDisagg, ScenarioTrace, ScenarioSelftest:
 	default:
 		bad("unknown scenario %q: use routing, disagg, trace or selftest", c.Scenario)
+	}
+	if c.API == "" {
+		c.API = APICompletions
+	}
+	if !slices.Contains(APIs, c.API) {
+		bad("--api %q: want one of %s", c.API, strings.Join(APIs, ", "))
 	}
 	if c.Scenario != ScenarioSelftest {
 		urls := strings.Split(c.URL, ",")

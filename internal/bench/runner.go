@@ -71,6 +71,7 @@ type Settings struct {
 	PrefixWords  int      `json:"prefix_words,omitempty"`
 	SuffixTokens int      `json:"suffix_tokens,omitempty"`
 	Warmup       int      `json:"warmup"`
+	API          string   `json:"api,omitempty"` // the endpoint driven, when not completions
 	PromptTokens []int    `json:"prompt_tokens,omitempty"`
 	Repeats      int      `json:"repeats,omitempty"`
 	Trace        string   `json:"trace,omitempty"`
@@ -146,7 +147,7 @@ func Run(ctx context.Context, cfg Config, progress *Progress) (*Report, error) {
 		progress.Note(cfg.LoadEstimate)
 	}
 	c := NewClient(ClientConfig{URL: cfg.URL, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey,
-		MaxConns: max(plan.Concurrency, 64), Timeout: cfg.Timeout})
+		MaxConns: max(plan.Concurrency, 64), Timeout: cfg.Timeout, API: cfg.API})
 	defer c.Close()
 	return runPlan(ctx, cfg, plan, c, progress)
 }
@@ -389,6 +390,9 @@ func settingsOf(cfg Config, plan Plan) Settings {
 	s := Settings{Warmup: len(plan.Warmup), MaxTokens: cfg.MaxTokens, Concurrency: plan.Concurrency,
 		Rate: cfg.Rate, Seed: cfg.Seed, Policies: cfg.Policies, DisaggModes: cfg.DisaggModes,
 		TTFTSLOS: cfg.TTFTSLO.Seconds(), ITLSLOS: cfg.ITLSLO.Seconds()}
+	if cfg.API != APICompletions {
+		s.API = cfg.API
+	}
 	switch cfg.Scenario {
 	case ScenarioRouting, ScenarioSelftest:
 		s.Requests, s.Prefixes, s.SuffixTokens = cfg.Requests, cfg.Prefixes, cfg.SuffixTokens

@@ -57,6 +57,7 @@ func parseBenchCmd(args []string, env Env) (cfg bench.Config, jsonPath, plotPath
 	all.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL; several separated by commas spread requests round-robin (a refusing one is skipped)")
 	all.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models)")
 	all.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
+	all.StringVar(&cfg.API, "api", bench.APICompletions, "endpoint to drive: completions (prompts as token IDs), chat, messages (Anthropic) or responses (OpenAI Responses), prompts as text")
 	all.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")
 	all.IntVar(&cfg.Requests, "requests", cfg.Requests, "measured requests (routing, selftest)")
 	all.Var(&prefixes, "prefixes", "`K` shared prefixes (routing; default: enough that they need 1.5× one worker's KV cache, from /health)")
@@ -203,7 +204,7 @@ var benchFlagOnly = map[string][]bench.Scenario{}
 
 func init() {
 	live := []bench.Scenario{bench.ScenarioRouting, bench.ScenarioDisagg, bench.ScenarioTrace}
-	for _, n := range []string{"url", "model", "api-key", "admin-key", "compare-policies", "compare-disagg", "reset-cache", "block-size"} {
+	for _, n := range []string{"url", "model", "api", "api-key", "admin-key", "compare-policies", "compare-disagg", "reset-cache", "block-size"} {
 		benchFlagOnly[n] = live
 	}
 	for _, n := range []string{"prefixes", "prefix-tokens", "prefix-words", "suffix-tokens", "warmup"} {
