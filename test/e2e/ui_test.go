@@ -256,6 +256,12 @@ func TestDashboard(t *testing.T) {
 	if got := b.evalString(`document.getElementById("req-total").textContent`); !strings.Contains(got, "completions") {
 		t.Errorf("request card = %q", got)
 	}
+	// The admission card counts the requests admitted at once and lists
+	// each priority's queue.
+	eventually(t, 5*time.Second, "the admission card counts admissions", func() bool {
+		return strings.Contains(b.evalString(`document.getElementById("adm-outcomes").textContent`), "admitted ") &&
+			b.evalInt(`document.querySelectorAll("#admission [data-priority]").length`) == 3
+	})
 
 	// The page loads nothing from elsewhere: every resource is this origin.
 	if n := b.evalInt(`performance.getEntriesByType("resource").filter(e => !e.name.startsWith(location.origin)).length`); n != 0 {
