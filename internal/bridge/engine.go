@@ -340,7 +340,9 @@ func parseLabels(s string) map[string]string {
 func (b *Bridge) driftLocked() bus.Drift {
 	ms := b.mirror.Stats()
 	return bus.Drift{
-		Events:              ms.Events + ms.Skipped + ms.UnknownKind,
+		// Removals by block, the unit of RemovedUnknownBlock, so that a
+		// share of Events is a share.
+		Events:              ms.Events - ms.RemoveEvents + ms.RemovedBlocks + ms.UnknownRemoved + ms.Skipped + ms.UnknownKind,
 		OrphanParent:        ms.Orphans,
 		RemovedUnknownBlock: ms.UnknownRemoved,
 		BadEvent:            ms.BadEvents,

@@ -49,6 +49,7 @@ type Stats struct {
 	Events         uint64 // events applied
 	StoredBlocks   uint64 // full blocks stored (every medium)
 	RemovedBlocks  uint64 // engine blocks removed from a medium
+	RemoveEvents   uint64 // BlockRemoved events applied (each names one or more blocks)
 	Clears         uint64 // AllBlocksCleared
 	Skipped        uint64 // events of another KV group or attention kind
 	UnknownKind    uint64 // events of a type this bridge does not know
@@ -168,6 +169,7 @@ func (m *Mirror) Apply(b *enginewire.Batch) ([]kvevents.Event, error) {
 				return nil, err
 			}
 		case enginewire.BlockRemoved:
+			m.stats.RemoveEvents++
 			m.removed(e)
 		case enginewire.AllBlocksCleared:
 			m.stats.Clears++

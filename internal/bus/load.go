@@ -52,7 +52,9 @@ type LoRAState struct {
 // means the bridge's mirror, and so the frontend's index for that worker,
 // is drifting from what the engine holds.
 type Drift struct {
-	// Events is every engine event received, whatever became of it.
+	// Events is every engine event received, whatever became of it, with
+	// a BlockRemoved counted once per block it names (the unit of
+	// RemovedUnknownBlock), so the drop counters are a share of it.
 	Events uint64 `json:"events"`
 	// OrphanParent: BlockStored events whose parent block the bridge did
 	// not hold. Their blocks are indexed under an unknown-parent root, so
