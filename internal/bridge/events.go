@@ -92,6 +92,9 @@ func (b *Bridge) process(ctx context.Context) error {
 				return err
 			}
 		}
+		// The SUB was connected before the replay: live copies of the
+		// replayed batches may follow, and are not a restart.
+		s.dupBelow = s.next
 	} else {
 		b.rebuild(&s, "started without --kv-replay: blocks the engine cached before are unknown")
 		s.synced, s.next = false, 0
