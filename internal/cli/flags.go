@@ -159,6 +159,7 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.IntVar(&c.MaxQueue, "max-queue", 1024, "requests waiting for a worker slot at most (with --max-inflight-per-worker); one more gets 429 unless it outranks a queued one")
 	fs.DurationVar(&c.QueueTimeout, "queue-timeout", 30*time.Second, "longest a request waits in the admission queue before 429 with Retry-After")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, refuse new requests (503, /health draining) and finish those being served for at most this long")
+	fs.StringVar(&c.ConfigFile, "config", "", "YAML file of per-model settings (tokenizer, block_size, router policy and alpha, disagg) for a fleet; models it does not name take the flags (see docs/config.md)")
 	fs.StringVar(&c.TenantsFile, "tenants", "", "YAML file of tenants (name, key or key_sha256, weight, limits, max_priority): API keys name tenants, shared fairly under load, prefix caches isolated (see docs/overload.md)")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go profiles at /debug/pprof/ (admin access required)")
 	fs.IntVar(&c.EjectAfter, "eject-after", 2, "consecutive connect failures that eject a worker from routing until a health probe answers (one timeout ejects at once)")
@@ -204,6 +205,13 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 	}
 	if err := checkListenAddr("--http-addr", c.HTTPAddr); err != nil {
 		return err
+	}
+	if c.ConfigFile != "" {
+		models, err := loadFleetConfig(c.ConfigFile)
+		if err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+		c.Models = models
 	}
 	if c.TenantsFile != "" {
 		ts, err := admit.LoadTenants(c.TenantsFile)

@@ -8,6 +8,9 @@ import (
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/engine/sim"
+	"github.com/switchyard-llm/switchyard/internal/fleetconf"
+	"github.com/switchyard-llm/switchyard/internal/node"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 )
 
 // namesFlag is a list of names, given comma-separated or by repeating the
@@ -56,4 +59,34 @@ func fleetFlags(fs *flag.FlagSet, c *sim.Config) {
 	fs.Var((*adaptersFlag)(&c.Adapters), "lora-modules", "sim: LoRA adapters to serve, name=path, comma-separated or repeated; a request names one as its model")
 	fs.IntVar(&c.MaxLoRAs, "max-loras", 1, "sim: LoRA adapters in GPU memory at once; a request for another waits for a slot and pays --lora-swap")
 	fs.DurationVar(&c.LoRASwap, "lora-swap", 50*time.Millisecond, "sim: simulated time to load a LoRA adapter into a slot")
+}
+
+// loadFleetConfig reads a --config file into per-model settings, opening
+// each tokenizer it names (engine: the model's workers tokenize).
+func loadFleetConfig(path string) (map[string]node.ModelSettings, error) {
+	toks := map[string]tokenizer.Model{}
+	f, err := fleetconf.Load(path, func(spec string) error {
+		if spec == "engine" {
+			return nil
+		}
+		m, err := openTokenizer(spec)
+		if err != nil {
+			return err
+		}
+		toks[spec] = m
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]node.ModelSettings, len(f.Models))
+	for name, m := range f.Models {
+		ms := node.ModelSettings{BlockSize: m.BlockSize, Policy: m.Router.Policy, Alpha: m.Router.Alpha, Disagg: m.Disagg,
+			EngineTokenizer: m.Tokenizer == "engine"}
+		if t, ok := toks[m.Tokenizer]; ok {
+			ms.Tokenizer = t
+		}
+		out[name] = ms
+	}
+	return out, nil
 }

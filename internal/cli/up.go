@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
 	"github.com/switchyard-llm/switchyard/internal/kvxfer"
 	"github.com/switchyard-llm/switchyard/internal/node"
+	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 	"github.com/switchyard-llm/switchyard/internal/vllmpub"
 )
 
@@ -277,6 +278,16 @@ func runUp(ctx context.Context, args []string, env Env) int {
 		wc := wtmpl
 		wc.Sim = u.engine
 		wc.Sim.ID, wc.Sim.Role, wc.Sim.Model = s.id, s.role, s.model
+		if ms, ok := fcfg.Models[s.model]; ok {
+			// The model's own settings from --config: its workers must
+			// tokenize and block as the frontend hashes for it.
+			if ms.BlockSize > 0 {
+				wc.Sim.BlockSize = ms.BlockSize
+			}
+			if t, ok := ms.Tokenizer.(tokenizer.Model); ok {
+				wc.Sim.Tokenizer = t
+			}
+		}
 		for _, a := range u.adapters {
 			if a.Root == s.model {
 				wc.Sim.Adapters = append(wc.Sim.Adapters, bus.Adapter{Name: a.Name, Root: "adapters/" + a.Name})

@@ -26,6 +26,10 @@ type Config struct {
 	BlockSize int // KV block size in tokens; default 16
 	// BlockSizes overrides BlockSize for the workers of a model, by model.
 	BlockSizes map[string]int
+	// ModelDisagg overrides the disaggregation mode for a model's
+	// requests, by model: never, always or auto. PUT /admin/disagg
+	// switches the mode of the models not named.
+	ModelDisagg map[string]string
 
 	APIKey   string // if set, /v1/* requires it as a bearer token
 	AdminKey string // admin bearer token; see the package doc for fallbacks
@@ -105,6 +109,11 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() error {
+	for m, mode := range c.ModelDisagg {
+		if mode != DisaggNever && mode != DisaggAlways && mode != DisaggAuto {
+			return fmt.Errorf("frontend: config: model %q: disagg mode %q: want never, always or auto", m, mode)
+		}
+	}
 	for m, bs := range c.BlockSizes {
 		if bs <= 0 {
 			return fmt.Errorf("frontend: config: model %q: block size %d must be positive", m, bs)

@@ -92,6 +92,9 @@ type RouteRequest struct {
 	// BlockSize is the block size of the candidates' model, which Hashes
 	// are made of; 0 means the frontend's default.
 	BlockSize int
+	// Model is the candidates' model (their Model; "" when unknown), for
+	// a Router with per-model settings.
+	Model string
 }
 
 // Decision is the router's answer.

@@ -421,7 +421,7 @@ func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, cand
 		ids[i] = wk.ID
 	}
 	dec, err := s.deps.Router.Pick(ctx, RouteRequest{RequestID: reqID, Hashes: pr.hashes, PromptTokens: len(pr.tokens), MaxTokens: maxTokens, Candidates: ids,
-		IndexSuspect: s.indexSuspects(ids), Adapter: pr.model.adapter, BlockSize: pr.model.blockSize})
+		IndexSuspect: s.indexSuspects(ids), Adapter: pr.model.adapter, BlockSize: pr.model.blockSize, Model: pr.model.base})
 	if err != nil {
 		return Decision{}, fmt.Errorf("frontend: router: %w", err)
 	}
@@ -446,6 +446,9 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	i := slices.IndexFunc(serving, func(wk Worker) bool { return wk.ID == dec.WorkerID })
 	rt := route{target: serving[i], overlap: dec.OverlapBlocks, tiers: dec.TierBlocks, approx: dec.Approx, policy: dec.Policy, indexOverlap: dec.indexOverlap()}
 	mode := s.DisaggMode()
+	if m, ok := s.cfg.ModelDisagg[pr.model.base]; ok {
+		mode = m
+	}
 	// In mode never the gate is still asked: it answers local (mode_never)
 	// with its predictions, so every decode response explains itself.
 	// A request without block hashes (an embedding) leaves no KV to move.

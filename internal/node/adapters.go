@@ -106,7 +106,9 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 	if bs == 0 {
 		bs = a.f.cfg.BlockSize
 	}
-	d, err := a.f.router.Pick(&router.Request{ID: req.RequestID, Hashes: req.Hashes, PromptTokens: req.PromptTokens, OutputTokens: req.MaxTokens, BlockSize: bs}, cands)
+	ms := a.f.cfg.Models[req.Model]
+	d, err := a.f.router.Pick(&router.Request{ID: req.RequestID, Hashes: req.Hashes, PromptTokens: req.PromptTokens, OutputTokens: req.MaxTokens, BlockSize: bs,
+		Policy: ms.Policy, Alpha: ms.Alpha}, cands)
 	if err != nil {
 		return frontend.Decision{}, err
 	}

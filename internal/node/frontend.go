@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -46,6 +47,9 @@ type FrontendConfig struct {
 	BlockSize int
 	// BlockSizes overrides BlockSize per model (by the workers' Model).
 	BlockSizes map[string]int
+	// Models are per-model settings (the fleet config file), by the
+	// workers' Model; models not named take the fields above.
+	Models map[string]ModelSettings
 	// Tokenizer tokenizes prompts and chats for routing (nil: cl100k).
 	Tokenizer tokenizer.Encoder
 	// EngineTokenizer, instead, asks the workers' POST /tokenize
@@ -89,6 +93,7 @@ type FrontendConfig struct {
 	QueueTimeout time.Duration
 	DrainTimeout time.Duration  // --drain-timeout: the cli's wait in Drain
 	TenantsFile  string         // --tenants, loaded into Tenants by the cli
+	ConfigFile   string         // --config, loaded into Models by the cli
 	Tenants      *admit.Tenants // nil: one default tenant
 	Pprof        bool           // /debug/pprof/ behind the admin key
 
@@ -109,6 +114,19 @@ type FrontendConfig struct {
 
 	Registry *prometheus.Registry // nil: a new one
 	Logger   *slog.Logger
+}
+
+// ModelSettings are one model's own settings; zero fields take the
+// frontend's.
+type ModelSettings struct {
+	BlockSize int
+	// Tokenizer tokenizes the model's prompts; EngineTokenizer asks its
+	// workers instead.
+	Tokenizer       tokenizer.Encoder
+	EngineTokenizer bool
+	Policy          string  // router policy
+	Alpha           float64 // kv weight; 0: the frontend's
+	Disagg          string  // never, always or auto
 }
 
 // Frontend is a running frontend node.
@@ -178,6 +196,20 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
 	}
+	modelDisagg := map[string]string{}
+	blockSizes := maps.Clone(cfg.BlockSizes) // not the caller's map
+	for name, m := range cfg.Models {
+		if m.BlockSize > 0 {
+			if blockSizes == nil {
+				blockSizes = map[string]int{}
+			}
+			blockSizes[name] = m.BlockSize
+		}
+		if m.Disagg != "" {
+			modelDisagg[name] = m.Disagg
+		}
+	}
+	cfg.BlockSizes = blockSizes
 	// Listen first: a taken port is the likeliest start-up failure, and
 	// nothing else should start (or log) before it is known.
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -299,35 +331,48 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	} // else: once the peers had a moment to answer (below)
 
 	a := adapters{f}
-	var modelTok func(string) frontend.Tokenizer
 	if cfg.EngineTokenizer && cfg.Model != "" {
 		et, err := f.engineTokenizer(cfg.Model)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Tokenizer = et
-	} else if cfg.EngineTokenizer {
-		// A fleet: each model's prompts are tokenized by its own workers.
-		var toks sync.Map // model → *enginetok.Tokenizer
-		modelTok = func(model string) frontend.Tokenizer {
-			if t, ok := toks.Load(model); ok {
-				return t.(*enginetok.Tokenizer)
-			}
-			et, err := f.engineTokenizer(model)
-			if err != nil {
-				f.log.Error("engine tokenizer", "model", model, "err", err)
-				return nil
-			}
-			t, _ := toks.LoadOrStore(model, et)
+	}
+	// In a fleet each model's prompts are tokenized by its own tokenizer:
+	// the config file's, or its own workers' (--tokenizer engine).
+	var engineToks sync.Map // model → *enginetok.Tokenizer
+	engineTok := func(model string) frontend.Tokenizer {
+		if t, ok := engineToks.Load(model); ok {
 			return t.(*enginetok.Tokenizer)
 		}
+		et, err := f.engineTokenizer(model)
+		if err != nil {
+			f.log.Error("engine tokenizer", "model", model, "err", err)
+			return nil
+		}
+		t, _ := engineToks.LoadOrStore(model, et)
+		return t.(*enginetok.Tokenizer)
+	}
+	modelTok := func(model string) frontend.Tokenizer {
+		if m, ok := cfg.Models[model]; ok {
+			if m.Tokenizer != nil {
+				return m.Tokenizer
+			}
+			if m.EngineTokenizer {
+				return engineTok(model)
+			}
+		}
+		if cfg.EngineTokenizer && cfg.Model == "" {
+			return engineTok(model)
+		}
+		return nil
 	}
 	var settingsChanged func()
 	if f.share != nil {
 		settingsChanged = f.settingsChanged
 	}
 	f.server, err = frontend.New(frontend.Config{
-		Model: cfg.Model, BlockSize: cfg.BlockSize, BlockSizes: cfg.BlockSizes, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
+		Model: cfg.Model, BlockSize: cfg.BlockSize, BlockSizes: cfg.BlockSizes, ModelDisagg: modelDisagg, APIKey: cfg.APIKey, AdminKey: cfg.AdminKey, WorkerKey: cfg.WorkerKey,
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
 		EjectAfter: cfg.EjectAfter, ClientReadTimeout: cfg.ClientReadTimeout, ClientStallTimeout: cfg.ClientStallTimeout,
 		MaxConnections: cfg.MaxConnections, MaxInflight: cfg.MaxInflight, MaxInflightPerWorker: cfg.MaxInflightPerWorker,

@@ -88,6 +88,11 @@ type Request struct {
 	OutputTokens int
 	BlockSize    int
 	Pin          string // optional: the worker to use, for debug probes
+	// Policy, when set, overrides the router's policy for this request
+	// (a model's own, from the fleet config); Alpha likewise overrides
+	// the kv policy's weight when positive.
+	Policy string
+	Alpha  float64
 }
 
 // Decision is a policy's answer.
@@ -382,14 +387,19 @@ func (p *KV) Pick(req *Request, workers []Worker, ov Overlapper) (Decision, erro
 	b := len(req.Hashes)
 	n := len(workers)
 	t := newTies(req, workers, &p.rot)
+	alpha := p.alpha() // Cost and TimeCost, with the request's weight
+	if req.Alpha > 0 {
+		alpha = req.Alpha
+	}
 	best, bestCost, bestLoad, bestCached, bestOv, bestApprox := -1, 0.0, 0, 0, 0, false
 	for k := 0; k < n; k++ {
 		i := (t.start + k) % n
 		o, approx := ov.Overlap(i)
 		pen := p.adapterPenalty(&workers[i])
-		c := p.Cost(b, ov.Priced(i), workers[i].Load) + p.alpha()*pen*blocksPerAdapterSecond
+		ld := &workers[i].Load
+		c := alpha*(float64(b+ld.QueuedPrefillBlocks)-ov.Priced(i)+pen*blocksPerAdapterSecond) + float64(ld.ActiveDecodeBlocks)
 		if ttft, decode, ok := ov.Estimate(i); ok {
-			c = p.TimeCost(ttft+pen, decode)
+			c = alpha*(ttft+pen) + decode
 		}
 		l := workers[i].Load.Blocks()
 		cached := workers[i].Load.CachedBlocks

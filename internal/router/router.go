@@ -286,6 +286,13 @@ func (r *Router) decide(s *scratch, req *Request, now time.Time) (Decision, erro
 	r.price(s, req)
 
 	p := *r.policy.Load()
+	if req.Policy != "" {
+		// A model's own policy (the fleet config); New's caller checked
+		// the name, and an unknown one keeps the policy in force.
+		if mp, ok := r.byName[req.Policy]; ok {
+			p = mp
+		}
+	}
 	var d Decision
 	var err error
 	if req.Pin != "" {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -159,11 +160,11 @@ func TestFleet(t *testing.T) {
 func TestFleetModelGone(t *testing.T) {
 	t.Parallel()
 	ns := startNATS(t)
-	_, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", ns.URL(), "--registry-ttl", "2s")
+	_, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", ns.URL(), "--nats-insecure", "--registry-ttl", "2s")
 	url := m[1]
 	workers := map[string]*proc{}
 	for id, name := range map[string]string{"a1": "model-a", "a2": "model-a", "b1": "model-b"} {
-		p, _ := start(t, readyURL, "worker", "--nats", ns.URL(), "--registry-ttl", "2s", "--id", id, "--http-addr", "127.0.0.1:0",
+		p, _ := start(t, readyURL, "worker", "--nats", ns.URL(), "--nats-insecure", "--registry-ttl", "2s", "--id", id, "--http-addr", "127.0.0.1:0",
 			"--served-model-name", name, "--speedup", "20")
 		workers[id] = p
 	}
@@ -191,5 +192,44 @@ func TestFleetModelGone(t *testing.T) {
 	}
 	if code, w, body, _ := complete(t, url, "model-b", "hello"); code != 200 || w != "b1" {
 		t.Errorf("model-b: %d on %s: %s", code, w, body)
+	}
+}
+
+// TestFleetConfig: --config gives one model its own block size and routing
+// policy; the other keeps the flags'.
+func TestFleetConfig(t *testing.T) {
+	t.Parallel()
+	conf := t.TempDir() + "/switchyard.yaml"
+	if err := os.WriteFile(conf, []byte("models:\n  llama-3.1-8b:\n    block_size: 32\n    router:\n      policy: round-robin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := up(t, "--model", "qwen3-0.6b,llama-3.1-8b", "--gpu", "h100", "--workers", "4", "--speedup", "20", "--config", conf)
+	var h struct {
+		Workers []struct {
+			ID        string `json:"id"`
+			Model     string `json:"model"`
+			BlockSize int    `json:"block_size"`
+		} `json:"workers"`
+	}
+	getJSON(t, url+"/health", &h)
+	for _, w := range h.Workers {
+		if want := map[string]int{"qwen3-0.6b": 16, "llama-3.1-8b": 32}[w.Model]; w.BlockSize != want {
+			t.Errorf("%s (%s): block size %d, want %d", w.ID, w.Model, w.BlockSize, want)
+		}
+	}
+	seen := map[string]bool{}
+	for i := range 4 {
+		code, w, body, hdr := complete(t, url, "llama-3.1-8b", strings.Repeat("the same prompt ", 50))
+		if code != 200 || hdr.Get("x-switchyard-policy") != "round-robin" {
+			t.Errorf("llama %d: %d policy %q: %s", i, code, hdr.Get("x-switchyard-policy"), body)
+		}
+		seen[w] = true
+		code, _, body, hdr = complete(t, url, "qwen3-0.6b", "hello")
+		if code != 200 || hdr.Get("x-switchyard-policy") != "kv" {
+			t.Errorf("qwen %d: %d policy %q: %s", i, code, hdr.Get("x-switchyard-policy"), body)
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("round-robin sent the same llama prompt to %v, want both llama workers", seen)
 	}
 }
