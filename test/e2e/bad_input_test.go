@@ -121,3 +121,36 @@ func TestKVXferPingFlood(t *testing.T) {
 	}
 	t.Logf("%d of 300 ping-only connections were answered before being evicted", answered)
 }
+
+// TestBodiesReadTwoWays: a body whose keys an engine would read otherwise
+// than the frontend's decoder (a case variant hiding kv_transfer_params, a
+// field given twice) and a prompt that is not UTF-8 are refused 400 with
+// an OpenAI error, and never forwarded.
+func TestBodiesReadTwoWays(t *testing.T) {
+	t.Parallel()
+	url := up(t, "--workers", "1", "--speedup", "20")
+	refused := 0
+	for _, tc := range []struct{ name, body, param string }{
+		{"kv_transfer_params behind a case variant", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":2,"kv_transfer_params":{"do_remote_prefill":true,"remote_host":"10.0.0.1","remote_port":1},"KV_TRANSFER_PARAMS":null}`, "kv_transfer_params"},
+		{"max_tokens twice", `{"model":"qwen3-0.6b","prompt":"x","max_tokens":2,"Max_Tokens":100000}`, "max_tokens"},
+		{"invalid UTF-8", "{\"model\":\"qwen3-0.6b\",\"prompt\":\"caf\xe9\",\"max_tokens\":2}", ""},
+	} {
+		code, body := postJSON(t, url+"/v1/completions", tc.body)
+		var e struct {
+			Error struct {
+				Code  int     `json:"code"`
+				Param *string `json:"param"`
+			} `json:"error"`
+		}
+		param := ""
+		if json.Unmarshal([]byte(body), &e) == nil && e.Error.Param != nil {
+			param = *e.Error.Param
+		}
+		if code != http.StatusBadRequest || e.Error.Code != 400 || param != tc.param {
+			t.Errorf("%s: %d %s; want 400 with param %q", tc.name, code, body, tc.param)
+		} else {
+			refused++
+		}
+	}
+	t.Logf("%d of 3 bodies that decode two ways (or are not UTF-8) refused 400", refused)
+}
