@@ -109,6 +109,8 @@
 //	              "agreement": {"requests", "predicted_tokens", "engine_cached_tokens",
 //	                            "blind", "stale", "trips", "window", "window_blind",
 //	                            "window_stale", "agreement", "inconsistent", "cause"},
+//	              "drift": {"events", "orphan_parent", "removed_unknown_block",
+//	                        "bad_event", "skipped_group", "rebuilds"} (bridges only),
 //	              "block_size", "kv_blocks", "max_model_len", "kv_bytes_per_token",
 //	              "kvxfer_addr" (admin), "profile"}],
 //	 "refused": [{"id", "reason"}],
@@ -121,8 +123,9 @@
 //
 // events.state is "inconsistent" when the worker's KV events flow but the
 // index they built disagrees with what its engine serves from cache
-// (agreement; see agree.go): the router then routes it by the approximate
-// index, as a silent worker, until a clean window of responses.
+// (agreement; see agree.go), or its bridge drops more than 5% of the
+// engine's events (drift; see drift.go): the router then routes it by the
+// approximate index, as a silent worker, until a clean window.
 //
 // status is "degraded" (HTTP 200) when any worker's KV events are not
 // healthy or the bus is down (the registry cannot be heard: the frontend
