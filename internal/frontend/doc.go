@@ -210,6 +210,25 @@
 // Retry-After. Header and idle timeouts belong to the http.Server (the
 // node sets them).
 //
+// # Admission, tenants and draining
+//
+// Every completion request (but a pinned one) is admitted by package
+// admit before it is routed: when every routable serving worker has
+// MaxInflightPerWorker requests open it waits in a fair queue (priority
+// from the x-switchyard-priority header, then tenants by weight on the
+// request's estimated tokens), bounded by MaxQueue and QueueTimeout. A
+// refusal is a 429 (503 when no worker can serve) with Retry-After,
+// x-switchyard-limit naming the limit and, for a rate-limited tenant,
+// OpenAI's x-ratelimit-* headers. With Config.Tenants the bearer key names
+// the tenant, and an isolated tenant's prompt is hashed from, and sent
+// upstream with, a cache_salt derived from its key. /health carries the
+// queue as "admission".
+//
+// A worker whose registry entry says Draining gets no new request. After
+// SetDraining(true) the frontend answers new completions 503 with
+// Retry-After and /health 503 with status "draining", while the requests
+// it serves carry on (Serving counts them).
+//
 // # Concurrency
 //
 // A Server is safe for concurrent use. Beyond what net/http does per

@@ -100,7 +100,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			"Requests sent to each worker, by outcome: ok, rejected (worker 4xx), error, timeout or canceled. A retried request counts once per worker tried.",
 			"worker", "outcome"),
 		shed: prom.CounterVec("switchyard_shed_total",
-			"Requests refused with 429 by load shedding: scope global (--max-inflight) or worker (every candidate at --max-inflight-per-worker).",
+			"Requests refused with 429 by load shedding: scope global (--max-inflight), admission (the admission queue: shed, queue timeout, full queue, a tenant's rate limit) or worker (every candidate full after admission).",
 			"scope"),
 		indexPredicted: prom.CounterVec("switchyard_index_predicted_tokens_total",
 			"Cached prompt tokens the KV-event index predicted on the chosen worker, over the responses judged for index agreement (either side claimed a hit).",
