@@ -47,6 +47,10 @@ type Config struct {
 	// bound. It is called under the Controller's lock, on every arrival
 	// and release, so it must be cheap and must not call the Controller.
 	Capacity func() int
+	// Serving reports whether any worker can serve at all; when it says
+	// no, requests are refused as LimitUnavailable rather than queued.
+	// nil: Capacity() != 0. It is called under the lock, like Capacity.
+	Serving func() bool
 	// MaxQueue bounds queued requests; one more is refused unless it
 	// outranks a queued one, which it then displaces. Default 1024.
 	MaxQueue int
@@ -170,7 +174,7 @@ func (c *Controller) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	now := time.Now()
 
 	c.mu.Lock()
-	if c.cfg.Capacity() == 0 {
+	if !c.serving() {
 		c.mu.Unlock()
 		return nil, c.reject(t.Name, prio, &Rejection{Limit: LimitUnavailable, RetryAfter: time.Second,
 			Msg: "admit: no worker can take requests (none serving, or all draining)"})
@@ -268,6 +272,13 @@ func (c *Controller) leave(w *waiter, tenant string, prio Priority, rl RateLimit
 	}
 	return nil, c.reject(tenant, prio, &Rejection{Limit: LimitQueueTimeout, RetryAfter: retry, RateLimits: rl,
 		Msg: fmt.Sprintf("admit: waited %v in the queue, the --queue-timeout limit, without a free worker; retry after %v", c.cfg.QueueTimeout, retry)})
+}
+
+func (c *Controller) serving() bool {
+	if c.cfg.Serving != nil {
+		return c.cfg.Serving()
+	}
+	return c.cfg.Capacity() != 0
 }
 
 // dispatch admits queued requests while there is room. c.mu is held.

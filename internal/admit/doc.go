@@ -23,8 +23,9 @@
 // until admitted. The controller knows nothing of workers; the frontend
 // routes each admitted request to a worker with a free slot.
 //
-// Limits are per Controller, so per frontend replica: replicas do not pool
-// their queues or rate limits.
+// Queues and rate limits are per Controller, so per frontend replica;
+// the frontend's Capacity counts the slots its peers hold, so replicas do
+// not each admit a full share.
 //
 // A Controller is safe for concurrent use and starts no goroutines: each
 // waiting request's own goroutine waits on its timer and a recheck tick.

@@ -100,9 +100,10 @@ func (s *Server) admitRequest(ctx context.Context, w http.ResponseWriter, r *htt
 }
 
 // capacity is how many requests admission may let through at once: the
-// routable serving workers' --max-inflight-per-worker slots (-1 without
-// that bound), 0 when no worker can serve. The slots of every model's
-// workers are pooled: one queue serves the deployment.
+// routable serving workers' --max-inflight-per-worker slots less those
+// the peer replicas hold (-1 without that bound; 0 when no worker can
+// serve or the peers hold every slot). The slots of every model's workers are pooled: one queue serves
+// the deployment.
 func (s *Server) capacity() int {
 	serving := s.servingWorkers(s.deps.Workers.List(), nil)
 	if len(serving) == 0 {
@@ -111,7 +112,23 @@ func (s *Server) capacity() int {
 	if s.cfg.MaxInflightPerWorker <= 0 {
 		return -1
 	}
-	return len(s.routable(serving)) * s.cfg.MaxInflightPerWorker
+	n := 0
+	for _, wk := range s.routable(serving) {
+		n += max(0, s.cfg.MaxInflightPerWorker-s.peerInFlight(wk.ID))
+	}
+	return n
+}
+
+// anyServing reports whether a worker can serve at all (admission's 503).
+func (s *Server) anyServing() bool {
+	return len(s.servingWorkers(s.deps.Workers.List(), nil)) > 0
+}
+
+func (s *Server) peerInFlight(id string) int {
+	if s.deps.Peers == nil {
+		return 0
+	}
+	return s.deps.Peers.PeerInFlight(id)
 }
 
 // AdmissionStats reports the admission queue, for /health and the replicas.

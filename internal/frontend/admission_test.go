@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/internal/admit"
@@ -121,5 +122,38 @@ func TestDrain(t *testing.T) {
 	resp, got = h.do(t, "GET", "/health", "")
 	if err := json.Unmarshal(got, &hl); err != nil || resp.StatusCode != http.StatusServiceUnavailable || hl.Status != HealthDraining {
 		t.Errorf("/health while draining: %d %s", resp.StatusCode, got)
+	}
+}
+
+// fakePeers is the peer replicas' load on each worker.
+type fakePeers struct{ n atomic.Int64 }
+
+func (p *fakePeers) PeerInFlight(string) int { return int(p.n.Load()) }
+
+// TestPeersHoldSlots: a worker's slots held by another replica are not
+// this one's to fill: a request queues until the peer's finish.
+func TestPeersHoldSlots(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	peers := &fakePeers{}
+	peers.n.Store(2)
+	h := newHarness(t, Config{MaxInflightPerWorker: 2}, Deps{Peers: peers}, a.worker(RoleAggregated))
+	code := make(chan int, 1)
+	go func() {
+		resp, err := h.srv.Client().Post(h.srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"model":"qwen3-0.6b","prompt":"x"}`))
+		if err != nil {
+			code <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		code <- resp.StatusCode
+	}()
+	waitFor(t, "request queued behind the peers", func() bool { return h.s.AdmissionStats().Queued["standard"] == 1 })
+	if n := len(a.received()); n != 0 {
+		t.Fatalf("worker got %d requests while the peers held its slots", n)
+	}
+	peers.n.Store(1)
+	if c := <-code; c != 200 {
+		t.Errorf("status %d after a peer slot freed, want 200", c)
 	}
 }

@@ -369,6 +369,10 @@ type Deps struct {
 	GateInfo  GateInfo  // nil: Gate, if it implements GateInfo
 	Predictor Predictor // runs POST /admin/disagg/predict; nil: Gate, if it implements Predictor
 	Cluster   Cluster   // GET /admin/cluster; nil: the bus status is unknown
+	// Peers reports the other frontend replicas' requests on each worker,
+	// so MaxInflightPerWorker bounds the deployment's, not only this
+	// replica's; nil: this frontend is alone.
+	Peers PeerLoad
 }
 
 // gateInfo returns the configured GateInfo, if any.
@@ -390,6 +394,13 @@ func (d *Deps) predictor() Predictor {
 }
 
 var errNoCandidates = errors.New("frontend: no candidate workers")
+
+// PeerLoad reports the requests other frontend replicas have in flight
+// on a worker. It must be safe for concurrent use and cheap: admission
+// calls it for every worker on every arrival and release.
+type PeerLoad interface {
+	PeerInFlight(workerID string) int
+}
 
 // Cluster reports the bus connection and the frontend replicas this one
 // shares routing state with, for GET /admin/cluster. The value is encoded

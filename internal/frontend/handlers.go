@@ -355,7 +355,7 @@ func (s *Server) withRoom(ws []Worker) []Worker {
 	}
 	out := ws[:0:0]
 	for _, w := range ws {
-		if s.inflightCounter(w.ID).Load() < max {
+		if s.inflightCounter(w.ID).Load()+int64(s.peerInFlight(w.ID)) < max {
 			out = append(out, w)
 		}
 	}

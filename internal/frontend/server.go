@@ -118,7 +118,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.m = m
-	if s.adm, err = admit.New(admit.Config{Capacity: s.capacity, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout,
+	if s.adm, err = admit.New(admit.Config{Capacity: s.capacity, Serving: s.anyServing, MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout,
 		Tenants: cfg.Tenants, Registry: cfg.Registry}); err != nil {
 		return nil, fmt.Errorf("frontend: %w", err)
 	}

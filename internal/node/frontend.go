@@ -139,6 +139,7 @@ type Frontend struct {
 	watcher  *bus.Watcher
 	gate     *gate.Gate
 	share    *replica.Sharer // nil: sharing off
+	peerLoad peerLoad        // the peers' requests in flight per worker
 	server   *frontend.Server
 	live     atomic.Pointer[frontend.Server] // server, for onChange, which runs before it is set
 	http     *http.Server
@@ -382,7 +383,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share, newExpectations(f.consumer)}, Events: a, Gate: a, Index: a,
 		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a, Cluster: a,
-		Tokenizer: cfg.Tokenizer, ModelTokenizer: modelTok,
+		Tokenizer: cfg.Tokenizer, ModelTokenizer: modelTok, Peers: &f.peerLoad,
 	})
 	if err != nil {
 		return nil, err

@@ -137,11 +137,59 @@ func (a peerApplier) known(id string) bool {
 func (a peerApplier) Started(worker, id string, prefillBlocks, promptBlocks int) {
 	if a.known(worker) {
 		a.f.router.Started(worker, id, prefillBlocks, promptBlocks)
+		a.f.peerLoad.started(worker, id)
 	}
 }
 func (a peerApplier) FirstToken(worker, id string) { a.f.router.FirstToken(worker, id) }
-func (a peerApplier) Finished(worker, id string)   { a.f.router.Finished(worker, id) }
-func (a peerApplier) Dropped(worker, id string)    { a.f.router.Dropped(worker, id) }
+func (a peerApplier) Finished(worker, id string) {
+	a.f.router.Finished(worker, id)
+	a.f.peerLoad.finished(worker, id)
+}
+func (a peerApplier) Dropped(worker, id string) {
+	a.f.router.Dropped(worker, id)
+	a.f.peerLoad.finished(worker, id)
+}
+
+// peerLoad counts the requests the peer replicas have in flight on each
+// worker, so that admission fills a worker's --max-inflight-per-worker
+// slots once for the deployment, not once per replica. Safe for
+// concurrent use.
+type peerLoad struct {
+	mu sync.Mutex                     // guards m
+	m  map[string]map[string]struct{} // worker → peer request IDs (namespaced by replica)
+}
+
+func (p *peerLoad) started(worker, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[string]map[string]struct{}{}
+	}
+	ids := p.m[worker]
+	if ids == nil {
+		ids = map[string]struct{}{}
+		p.m[worker] = ids
+	}
+	ids[id] = struct{}{}
+}
+
+func (p *peerLoad) finished(worker, id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ids := p.m[worker]; ids != nil {
+		delete(ids, id)
+		if len(ids) == 0 {
+			delete(p.m, worker)
+		}
+	}
+}
+
+// PeerInFlight is how many requests the peers have open on worker.
+func (p *peerLoad) PeerInFlight(worker string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.m[worker])
+}
 
 func (a peerApplier) RecordApprox(worker string, hashes []uint64, at time.Time) {
 	if a.known(worker) {
