@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -196,6 +197,75 @@ func TestBrokenWireIsInconsistent(t *testing.T) {
 			}
 			if flagged == 0 {
 				t.Errorf("no worker inconsistent")
+			}
+		})
+	}
+}
+
+// startBridgedEngines starts n simulated engines speaking the third-party
+// wire, each a process of its own (switchyard worker --kv-events-wire vllm),
+// and a bridge process beside each (switchyard worker --engine vllm) that
+// registers it on natsURL. engineArgs go to every engine.
+func startBridgedEngines(t *testing.T, natsURL string, n int, engineArgs ...string) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		pub, replay := freeTCP(t), freeTCP(t)
+		args := append([]string{"worker", "--id", fmt.Sprintf("engine-%d", i), "--http-addr", "127.0.0.1:0",
+			"--kv-events-wire", "vllm", "--kv-events", pub, "--kv-replay", replay,
+			"--kv-events-array", "--kv-events-parent-zero", "--kv-events-first-seq", "1"}, engineArgs...)
+		_, m := start(t, readyURL, args...)
+		start(t, readyURL, "worker", "--engine", "vllm", "--id", fmt.Sprintf("w%d", i), "--engine-url", m[1],
+			"--kv-events", pub, "--kv-replay", replay, "--nats", natsURL, "--nats-insecure", "--registry-ttl", "2s")
+	}
+}
+
+// The frontend must tokenize as the engines do. Through real bridge and
+// engine processes on the third-party wire: with the same tokenizer on both
+// sides repeats are routed from the index and every worker stays healthy;
+// with a cl100k frontend before Qwen3-tokenizing engines, every prefix the
+// engines serve from cache is one the index never predicted, and within 20
+// requests a worker is inconsistent, index blind.
+func TestTokenizerMismatchThroughBridges(t *testing.T) {
+	qwen := qwen3Tokenizer(t)
+	for _, c := range []struct {
+		name     string
+		frontend string
+		mismatch bool
+	}{
+		{"same tokenizer", qwen, false},
+		{"cl100k frontend, Qwen3 engines", "cl100k", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nats := startNATS(t)
+			_, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", nats.URL(), "--nats-insecure", "--tokenizer", c.frontend)
+			cl := &cluster{url: m[1]}
+			startBridgedEngines(t, nats.URL(), 2, "--tokenizer", qwen)
+			cl.waitHealthy(t, 2, 30*time.Second)
+			worker, cause, at := untilInconsistent(t, cl.url, 20, 2)
+			if !c.mismatch {
+				if worker != "" {
+					t.Fatalf("%s inconsistent at request %d with matching tokenizers: %s", worker, at, cause)
+				}
+				// Repeats of the two prefixes went where the index said.
+				src := map[string]int{}
+				for i := 21; i <= 26; i++ {
+					r := chat(context.Background(), cl.url, fmt.Sprintf("Prefix %d. %sQuestion %d: which track?", i%2,
+						strings.Repeat(fmt.Sprintf("The switchyard sorts the freight cars of train %d onto their tracks. ", i%2), 10), i), 4)
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					src[r.source]++
+				}
+				if src["index"] != 6 {
+					t.Errorf("repeats took their overlap from %v, want the KV-event index for all 6", src)
+				}
+				return
+			}
+			if worker == "" {
+				t.Fatalf("no worker inconsistent after 20 requests with a cl100k frontend before Qwen3 engines")
+			}
+			if !strings.HasPrefix(cause, "index blind") {
+				t.Errorf("%s inconsistent at request %d with cause %q, want index blind", worker, at, cause)
 			}
 		})
 	}
