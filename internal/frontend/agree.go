@@ -283,6 +283,7 @@ type agreeInput struct {
 	hashes       []uint64 // the prompt's block hashes, to re-check a blind response
 	predicted    int      // blocks the index showed on the worker at the pick
 	gpuPredicted int      // of which in the GPU tier
+	blockSize    int      // the model's block size; 0: the frontend's
 	usage        *openai.Usage
 }
 
@@ -295,7 +296,10 @@ func (s *Server) agree(in agreeInput) {
 	if u == nil || u.PromptTokensDetails == nil {
 		return // the engine does not say what it served from cache
 	}
-	bs := s.cfg.BlockSize
+	bs := in.blockSize
+	if bs <= 0 {
+		bs = s.cfg.BlockSize
+	}
 	pred, cached := in.predicted*bs, u.PromptTokensDetails.CachedTokens
 	if pred == 0 && cached == 0 {
 		return

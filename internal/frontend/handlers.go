@@ -249,7 +249,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		if err == nil && rt.prefillJudged {
 			// The prefill leg is where a disaggregated prompt meets a
 			// cache: its report is judged like an aggregated answer.
-			s.agree(agreeInput{worker: rt.prefill.ID, hashes: pr.hashes, predicted: rt.prefillIndex, gpuPredicted: -1, usage: usage})
+			s.agree(agreeInput{worker: rt.prefill.ID, hashes: pr.hashes, predicted: rt.prefillIndex, gpuPredicted: -1, blockSize: pr.model.blockSize, usage: usage})
 		}
 		if err == nil {
 			body, err = rewriteBody(pr.body, map[string]json.RawMessage{"kv_transfer_params": kvp})
@@ -527,7 +527,7 @@ func (s *Server) agreeOn(rt *route, pr *parsedRequest, u *openai.Usage) {
 	if !rt.approx && rt.tiers != [3]int{} {
 		gpu = rt.tiers[0]
 	}
-	s.agree(agreeInput{worker: rt.target.ID, hashes: pr.hashes, predicted: rt.indexOverlap, gpuPredicted: gpu, usage: u})
+	s.agree(agreeInput{worker: rt.target.ID, hashes: pr.hashes, predicted: rt.indexOverlap, gpuPredicted: gpu, blockSize: pr.model.blockSize, usage: u})
 }
 
 // setRouteHeaders writes the x-switchyard-* headers of rt.
