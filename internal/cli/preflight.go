@@ -40,6 +40,7 @@ func parsePreflight(args []string, env Env) (cfg preflight.Config, jsonPath, mdP
 		printFlags(fs.Output(), fs)
 	}
 	fs.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL (a client's .../v1 is accepted)")
+	fs.StringVar(&cfg.Model, "model", "", "the model to check, for a frontend that serves several (its workers only; run once per model)")
 	fs.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer on /v1/* requests (default: $"+envAPIKey+")")
 	fs.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* and pinned probes (default: $"+envAdminKey+", else --api-key)")
 	fs.StringVar(&jsonPath, "json", "", "write the report as JSON to `FILE`; - prints it on stdout instead of the table")

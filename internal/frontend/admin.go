@@ -114,6 +114,9 @@ type lookupRequest struct {
 	Prompt    *openai.Prompt   `json:"prompt"`
 	Messages  []openai.Message `json:"messages"`
 	CacheSalt string           `json:"cache_salt"`
+	// Model, in a fleet, is the model whose tokenizer, block size and
+	// (for an adapter) cache root the lookup uses; "" the frontend's own.
+	Model string `json:"model,omitempty"`
 }
 
 type lookupResponse struct {
@@ -143,28 +146,40 @@ func (s *Server) handleLookup(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, badRequest("", "frontend: lookup wants {\"prompt\": text|[ids]} or {\"messages\": [...]}, optional cache_salt: %v", err))
 		return
 	}
+	tok, bs, salt := s.tok, s.cfg.BlockSize, in.CacheSalt
+	if in.Model != "" {
+		mr, aerr := s.resolveModel(s.deps.Workers.List(), in.Model)
+		if aerr != nil {
+			s.fail(w, aerr)
+			return
+		}
+		tok, bs = mr.tok, mr.blockSize
+		if mr.adapter != "" {
+			salt = kvindex.LoRASalt(mr.adapter, salt)
+		}
+	}
 	var toks []uint32
 	switch {
 	case len(in.Messages) > 0:
 		var err error
-		if toks, err = s.tok.EncodeChat(in.Messages, tokenizer.DefaultChat); err != nil {
+		if toks, err = tok.EncodeChat(in.Messages, tokenizer.DefaultChat); err != nil {
 			s.fail(w, badRequest("messages", "frontend: %v", err))
 			return
 		}
 	case in.Prompt != nil && in.Prompt.IsTokens:
 		toks = in.Prompt.Tokens
 	case in.Prompt != nil:
-		toks = s.tok.EncodePrompt(in.Prompt.Text)
+		toks = tok.EncodePrompt(in.Prompt.Text)
 	default:
 		s.fail(w, badRequest("prompt", "frontend: lookup needs prompt or messages"))
 		return
 	}
-	hashes := kvindex.HashChain(nil, in.CacheSalt, toks, s.cfg.BlockSize)
+	hashes := kvindex.HashChain(nil, salt, toks, bs)
 	ov := s.deps.Index.Overlaps(hashes)
 	if ov == nil {
 		ov = map[string]int{}
 	}
-	openai.WriteJSON(w, lookupResponse{Blocks: len(hashes), BlockSize: s.cfg.BlockSize, Tokens: len(toks), Overlaps: ov})
+	openai.WriteJSON(w, lookupResponse{Blocks: len(hashes), BlockSize: bs, Tokens: len(toks), Overlaps: ov})
 }
 
 // handleCluster reports the bus and the frontend replicas this one shares

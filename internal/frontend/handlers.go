@@ -108,12 +108,16 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 	return func(w0 http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		w := &statusWriter{ResponseWriter: w0}
+		// The model label is a name some worker registered, never the
+		// client's text: an unknown or unread model is "unknown".
+		model := "unknown"
 		defer func() {
 			code := w.status
 			if code == 0 {
 				code = 499 // client went away before any answer (nginx's convention)
 			}
 			s.m.requests.WithLabelValues(ep.name, strconv.Itoa(code)).Inc()
+			s.m.modelRequests.WithLabelValues(model, strconv.Itoa(code)).Inc()
 		}()
 		s.serving.Add(1)
 		defer s.serving.Add(-1)
@@ -136,6 +140,9 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			return
 		}
 		pr, aerr := s.readRequest(w, r, ep)
+		if pr != nil {
+			model = pr.model.name
+		}
 		if aerr == nil {
 			aerr = s.applyTenant(pr, tenant)
 		}

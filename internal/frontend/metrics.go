@@ -56,6 +56,9 @@ type metrics struct {
 	// workerRequests is worker, outcome: worker ids come from the
 	// registry, so the label set is as large as the deployment.
 	workerRequests *prometheus.CounterVec
+	// modelRequests is model, code: models are the names workers
+	// registered, so the label set is as large as the fleet.
+	modelRequests *prometheus.CounterVec
 	// Index agreement, by worker (see agree.go).
 	indexPredicted *prometheus.CounterVec
 	engineCached   *prometheus.CounterVec
@@ -66,6 +69,8 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 	m := &metrics{
 		requests: prom.CounterVec("switchyard_requests_total",
 			"Requests served by the frontend, by endpoint and HTTP status code.", "endpoint", "code"),
+		modelRequests: prom.CounterVec("switchyard_model_requests_total",
+			"Completion requests by the model they named (a base model, alias or LoRA adapter; unknown when no worker serves it) and HTTP status code.", "model", "code"),
 		// From a sub-millisecond /health to a completion streaming for
 		// minutes.
 		duration: prom.HistogramVec("switchyard_request_duration_seconds",
@@ -112,7 +117,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Help: "Share of the worker's recent judged responses (the last 50, within 60 s) on which the index's predicted cached prefix agreed with what the engine served, within a block."},
 			[]string{"worker"}),
 	}
-	if err := prom.Register(reg, "frontend", m.indexPredicted, m.engineCached, m.indexAgreement, m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed, m.workerRequests); err != nil {
+	if err := prom.Register(reg, "frontend", m.indexPredicted, m.engineCached, m.indexAgreement, m.requests, m.duration, m.ttft, m.itl, m.cacheHit, m.promptToks, m.errors, m.retries, m.fallbacks, m.ejections, m.cancelled, m.connRefused, m.shed, m.workerRequests, m.modelRequests); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -73,6 +73,16 @@ func TestFleetRoutesByModel(t *testing.T) {
 	if e := decodeError(t, body); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(e.Message, `model "b"`) {
 		t.Errorf("model without workers: %d (Retry-After %q) %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
+	// Counted by model, the names the workers registered; the client's
+	// unknown name is not a label.
+	for _, c := range []struct {
+		model, code string
+		want        float64
+	}{{"a-lora", "200", 1}, {"b", "200", 1}, {"b", "503", 1}, {"unknown", "404", 1}, {"zzz", "404", 0}} {
+		if got := value(t, h.s.m.modelRequests.WithLabelValues(c.model, c.code)); got != c.want {
+			t.Errorf("switchyard_model_requests_total{model=%q,code=%q} = %v, want %v", c.model, c.code, got, c.want)
+		}
+	}
 }
 
 func TestFleetModels(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -107,6 +108,14 @@ func Run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 // same model with the same block size and KV layout, and that none was
 // refused.
 func (r *runner) inventory(h Deployment) Check {
+	if m := r.cfg.Model; m != "" {
+		// One model of a fleet: its workers are the deployment checked.
+		h.Model = m
+		h.Workers = slices.DeleteFunc(h.Workers, func(w Worker) bool { return w.Model != m })
+		if len(h.Workers) > 0 && h.Workers[0].BlockSize > 0 {
+			h.BlockSize = h.Workers[0].BlockSize
+		}
+	}
 	r.dep = h
 	if r.dep.Workers == nil {
 		r.dep.Workers = []Worker{}
@@ -118,13 +127,16 @@ func (r *runner) inventory(h Deployment) Check {
 	if r.bs <= 0 {
 		r.bs = 16
 	}
-	r.c.model = h.Model
+	r.c.model, r.c.fleet = h.Model, r.cfg.Model != ""
 	inv := &Inventory{Workers: len(h.Workers), ByRole: map[string]int{}, ByModel: map[string]int{},
 		BlockSizes: map[string]int{}, Refused: r.dep.Refused}
 	ch := Check{Name: CheckInventory, Status: Pass, Inventory: inv}
 	fail := func(format string, a ...any) {
 		ch.Status = Fail
 		ch.Problems = append(ch.Problems, fmt.Sprintf(format, a...))
+	}
+	if h.Model == "" && len(h.Models) > 1 {
+		fail("the frontend serves %d models (%s): the checks are per model; run preflight --model NAME for each", len(h.Models), strings.Join(h.Models, ", "))
 	}
 	kvBytes := map[int64][]string{}
 	for i := range r.dep.Workers {

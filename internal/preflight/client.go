@@ -31,6 +31,7 @@ type client struct {
 	adminKey string
 	timeout  time.Duration
 	model    string
+	fleet    bool // model is one of a fleet's: lookups name it
 	hc       *http.Client
 }
 
@@ -256,7 +257,7 @@ func (c *client) events(ctx context.Context) (eventsWire, error) {
 // lookupChat is lookup for a chat, tokenized as the frontend does.
 func (c *client) lookupChat(ctx context.Context, messages []openai.Message) (lookupWire, error) {
 	var l lookupWire
-	err := c.call(ctx, http.MethodPost, "/admin/lookup", true, map[string]any{"messages": messages}, &l, 0)
+	err := c.call(ctx, http.MethodPost, "/admin/lookup", true, c.lookupBody("messages", messages), &l, 0)
 	return l, err
 }
 
@@ -294,7 +295,7 @@ func (c *client) agreements(ctx context.Context) (map[string]agreementWire, erro
 
 func (c *client) lookup(ctx context.Context, prompt []uint32) (lookupWire, error) {
 	var l lookupWire
-	err := c.call(ctx, http.MethodPost, "/admin/lookup", true, map[string]any{"prompt": prompt}, &l, 0)
+	err := c.call(ctx, http.MethodPost, "/admin/lookup", true, c.lookupBody("prompt", prompt), &l, 0)
 	return l, err
 }
 
@@ -442,4 +443,14 @@ func (c *client) stream(ctx context.Context, path string, fields map[string]any,
 		return p, fmt.Errorf("preflight: %s: no usage chunk; the frontend ignored stream_options.include_usage", what)
 	}
 	return p, nil
+}
+
+// lookupBody is an /admin/lookup body: key's value, and the model checked
+// when the frontend serves several (its tokenizer and block size).
+func (c *client) lookupBody(key string, v any) map[string]any {
+	b := map[string]any{key: v}
+	if c.fleet {
+		b["model"] = c.model
+	}
+	return b
 }

@@ -16,6 +16,11 @@ type Config struct {
 
 	Timeout time.Duration // per request
 
+	// Model is the model to check in a frontend that serves several: its
+	// workers alone are checked, and its requests name it. "" checks the
+	// frontend's one model.
+	Model string
+
 	// PromptTokens are the prompt lengths the disaggregation math reports.
 	PromptTokens []int
 	// MinHitRatio is the routing hit ratio below which the routing check

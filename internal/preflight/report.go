@@ -65,6 +65,7 @@ type Deployment struct {
 	Status    string    `json:"status"`
 	Reason    string    `json:"reason,omitempty"`
 	Model     string    `json:"model"`
+	Models    []string  `json:"models,omitempty"` // a fleet's base models, from /health
 	BlockSize int       `json:"block_size"`
 	Policy    string    `json:"policy"`
 	Disagg    string    `json:"disagg"`
