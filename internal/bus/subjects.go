@@ -79,6 +79,10 @@ func (s Subjects) RegistrarPrefix() string { return "sy." + s.ns() + ".reg." }
 // requests, approximate-index decisions, link probes and admin settings.
 func (s Subjects) Replicas() string { return "sy." + s.ns() + ".fe" }
 
+// SettingsBucket is the JetStream key-value bucket of the settings
+// frontends share (changed through /admin).
+func (s Subjects) SettingsBucket() string { return "sy_" + s.ns() + "_settings" }
+
 // WorkersBucket is the JetStream key-value bucket of the worker registry.
 func (s Subjects) WorkersBucket() string { return "sy_" + s.ns() + "_workers" }
 

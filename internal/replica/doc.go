@@ -26,12 +26,15 @@
 //     its requests come off the router's load at once.
 //   - A replica that starts announces itself; every peer answers with its
 //     whole share (in-flight set, recent approximate records, measured
-//     links, settings), so it converges in one round trip.
+//     links), so it converges in one round trip.
 //
 // Ordering: one goroutine (Run) publishes, so a peer sees this replica's
 // messages in order; peers' messages are applied on the subscription's
-// goroutine. Settings are last-writer-wins by the time of the admin change.
-// Settings from start-up flags are not shared: only /admin changes are.
+// goroutine. Settings live in a key-value entry only frontends can write;
+// the write the server sequenced last wins, and a replica reads the entry
+// at start, on every reconnect, when a peer says it changed it, and every
+// second (see settings.go). Settings from start-up flags are not shared:
+// only /admin changes are.
 //
 // Trust: a peer's share moves this replica's routing, so only the bus's
 // frontend user may publish on the subject; a worker's login cannot (see

@@ -20,16 +20,16 @@ import (
 )
 
 // Settings are the router and disaggregation settings changed through
-// /admin. Version orders them across replicas: the later change wins.
+// /admin. They are shared through a key-value entry (see settings.go):
+// the last write the server sequenced wins.
 type Settings struct {
 	Policy  string `json:"policy,omitempty"`
 	Disagg  string `json:"disagg,omitempty"`
-	Version int64  `json:"version"` // unix nanoseconds of the change; 0: nothing changed yet
+	Version int64  `json:"version"` // unix nanoseconds of the change, for people; 0: nothing changed yet
 	By      string `json:"by,omitempty"`
-}
-
-func (s Settings) newer(than Settings) bool {
-	return s.Version > than.Version || s.Version == than.Version && s.By > than.By
+	// Rev is the entry's revision, the server's sequence of the write
+	// that stored these settings; 0 until stored.
+	Rev uint64 `json:"rev,omitempty"`
 }
 
 // Link is one measured prefill → decode link.
@@ -117,6 +117,9 @@ type Sharer struct {
 	epoch int64
 	m     *metrics
 	kick  chan struct{}
+	// settingsKick wakes settingsLoop: a local change, or a peer's
+	// nudge.
+	settingsKick chan struct{}
 
 	mu           sync.Mutex // guards the fields below, up to pmu
 	inflight     map[reqKey]req
@@ -127,7 +130,8 @@ type Sharer struct {
 	shared       map[uint64]approxRec
 	pendLinks    []Link
 	settings     Settings
-	pendSettings bool
+	pendSettings bool // tell the peers the entry changed
+	pendPut      bool // settings changed here and not stored yet
 	answerHello  bool
 	seq          uint64
 
@@ -184,7 +188,7 @@ func New(cfg Config) (*Sharer, error) {
 	}
 	s := &Sharer{
 		cfg: cfg, log: cfg.Logger.With("replica", cfg.ID), epoch: cfg.Now().UnixNano(),
-		kick:     make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), settingsKick: make(chan struct{}, 1),
 		inflight: map[reqKey]req{}, pendApprox: map[uint64]approxRec{}, shared: map[uint64]approxRec{},
 		peers: map[string]*peer{},
 	}
@@ -312,10 +316,10 @@ func (s *Sharer) SetSettings(policy, disagg string) Settings {
 	s.mu.Lock()
 	v := max(s.cfg.Now().UnixNano(), s.settings.Version+1)
 	s.settings = Settings{Policy: policy, Disagg: disagg, Version: v, By: s.cfg.ID}
-	s.pendSettings = true
+	s.pendPut = true
 	st := s.settings
 	s.mu.Unlock()
-	s.poke()
+	s.kickSettings()
 	return st
 }
 
@@ -378,6 +382,13 @@ func (s *Sharer) Run(ctx context.Context) error {
 		return fmt.Errorf("replica: subscribe to %s: %w", s.cfg.Subjects.Replicas(), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	settingsDone := make(chan struct{})
+	sctx, stopSettings := context.WithCancel(ctx)
+	go func() {
+		defer close(settingsDone)
+		s.settingsLoop(sctx)
+	}()
+	defer func() { stopSettings(); <-settingsDone }()
 	s.publish([]*message{{Hello: true}})
 
 	flush := time.NewTicker(s.cfg.FlushEvery)
@@ -704,16 +715,10 @@ func (s *Sharer) receive(nm *nats.Msg) {
 			s.cfg.Apply.Link(l)
 		}
 	}
-	if st := m.Settings; st != nil {
-		s.mu.Lock()
-		apply := st.newer(s.settings)
-		if apply {
-			s.settings = *st
-		}
-		s.mu.Unlock()
-		if apply {
-			s.cfg.Apply.Settings(*st)
-		}
+	if m.Settings != nil {
+		// Only a nudge: what it says is read from the entry, which no
+		// message can outbid.
+		s.kickSettings()
 	}
 	if added && s.cfg.OnPeersChanged != nil {
 		s.cfg.OnPeersChanged()

@@ -126,7 +126,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestShareInFlightApproxAndSettings(t *testing.T) {
-	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, StoreDir: t.TempDir()})
 	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", nil)
 	b := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-b", nil)
 	waitFor(t, "peers see each other", func() bool { return len(a.s.Status().Peers) == 1 && len(b.s.Status().Peers) == 1 })
@@ -162,7 +162,7 @@ func TestShareInFlightApproxAndSettings(t *testing.T) {
 // TestLateReplicaConvergesAndDeadOneExpires: a replica that starts late
 // gets the others' whole share at once; one that dies is dropped.
 func TestLateReplicaConvergesAndDeadOneExpires(t *testing.T) {
-	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, StoreDir: t.TempDir()})
 	link := Link{From: "p1", To: "d1", BytesPerSec: 1e9, RTTMillis: 0.5}
 	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", []Link{link})
 	for i := range 3000 { // more than one full part
@@ -237,6 +237,52 @@ func TestServerAnswersAreNotFromFrontends(t *testing.T) {
 	if a.f.check(func(f *fakeApplier) bool { return len(f.settings) > 0 }) {
 		t.Errorf("settings from a server answer were applied")
 	}
+}
+
+// TestSettingsCannotBePinned: settings are ordered by the server's
+// sequence of their writes, so a message claiming the largest version
+// there is neither applies nor blocks the next real change; and a replica
+// that was away while they changed reads them when it is back.
+func TestSettingsCannotBePinned(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, StoreDir: t.TempDir()})
+	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", nil)
+	b := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-b", nil)
+	waitFor(t, "peers see each other", func() bool { return len(a.s.Status().Peers) == 1 && len(b.s.Status().Peers) == 1 })
+
+	forger := bustest.Connect(t, srv.ClientURL())
+	_ = forger.Publish(bus.Subjects{Namespace: "t"}.Replicas(),
+		[]byte(`{"replica":"x","epoch":1,"seq":1,"settings":{"policy":"random","version":9223372036854775807,"by":"zzzz"}}`))
+	_ = forger.Flush()
+	b.s.SetSettings("round-robin", "never")
+	waitFor(t, "a applies b's change", func() bool {
+		return a.f.check(func(f *fakeApplier) bool { return len(f.settings) > 0 && f.settings[len(f.settings)-1].Policy == "round-robin" })
+	})
+	if a.f.check(func(f *fakeApplier) bool {
+		for _, st := range f.settings {
+			if st.Policy == "random" {
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Error("a applied the forged settings")
+	}
+	a.s.SetSettings("least-loaded", "auto")
+	waitFor(t, "b applies a's later change", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return len(f.settings) > 0 && f.settings[len(f.settings)-1].Policy == "least-loaded" })
+	})
+
+	// b goes away; the settings change twice; a new b reads them at once.
+	b.stop()
+	a.s.SetSettings("kv", "never")
+	a.s.SetSettings("round-robin", "always")
+	waitFor(t, "a's change stored", func() bool { return a.s.Status().Settings.Rev > 0 && a.s.Status().Settings.Policy == "round-robin" })
+	c := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-c", nil)
+	waitFor(t, "a replica back on the bus reads the settings", func() bool {
+		return c.f.check(func(f *fakeApplier) bool {
+			return len(f.settings) == 1 && f.settings[0].Policy == "round-robin" && f.settings[0].Disagg == "always"
+		})
+	})
 }
 
 func TestApproxCoalescedAndBounded(t *testing.T) {
