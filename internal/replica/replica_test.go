@@ -255,7 +255,9 @@ func TestSettingsCannotBePinned(t *testing.T) {
 	_ = forger.Flush()
 	b.s.SetSettings("round-robin", "never")
 	waitFor(t, "a applies b's change", func() bool {
-		return a.f.check(func(f *fakeApplier) bool { return len(f.settings) > 0 && f.settings[len(f.settings)-1].Policy == "round-robin" })
+		return a.f.check(func(f *fakeApplier) bool {
+			return len(f.settings) > 0 && f.settings[len(f.settings)-1].Policy == "round-robin"
+		})
 	})
 	if a.f.check(func(f *fakeApplier) bool {
 		for _, st := range f.settings {
@@ -269,7 +271,9 @@ func TestSettingsCannotBePinned(t *testing.T) {
 	}
 	a.s.SetSettings("least-loaded", "auto")
 	waitFor(t, "b applies a's later change", func() bool {
-		return b.f.check(func(f *fakeApplier) bool { return len(f.settings) > 0 && f.settings[len(f.settings)-1].Policy == "least-loaded" })
+		return b.f.check(func(f *fakeApplier) bool {
+			return len(f.settings) > 0 && f.settings[len(f.settings)-1].Policy == "least-loaded"
+		})
 	})
 
 	// b goes away; the settings change twice; a new b reads them at once.
