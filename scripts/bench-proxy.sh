@@ -93,7 +93,7 @@ wait_ready() { # the frontend routes to the worker
 
 start_frontend cl100k
 bin/switchyard worker --id w0 --http-addr "127.0.0.1:$PW" --speedup 1000 \
-  --nats "nats://127.0.0.1:$PN" --log-level warn >"$WORK/worker.log" 2>&1 &
+  --nats "nats://127.0.0.1:$PN" --nats-insecure --log-level warn >"$WORK/worker.log" 2>&1 &
 WPID=$!
 PIDS+=("$WPID")
 waitfor "http://127.0.0.1:$PW/v1/models" worker

@@ -62,7 +62,7 @@ func startOverloadCluster(t *testing.T, n int, frontendArgs, workerArgs []string
 	c.nats = nm[1]
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprintf("w%d", i)
-		p, _ := start(t, readyURL, append([]string{"worker", "--nats", c.nats, "--id", id, "--http-addr", "127.0.0.1:0"}, workerArgs...)...)
+		p, _ := start(t, readyURL, append([]string{"worker", "--nats", c.nats, "--nats-insecure", "--id", id, "--http-addr", "127.0.0.1:0"}, workerArgs...)...)
 		c.workers[id] = p
 	}
 	eventually(t, 30*time.Second, fmt.Sprintf("%d workers routable", n), func() bool {
