@@ -25,7 +25,17 @@ const debianPython = "/usr/bin/python3"
 // frontend's own hashes for the engine's tokens into the index: half the
 // batches arrive by replay (published before the bridge connected), half
 // live; hashes as ints and as bin; one chain salted.
-func TestVLLMWireFromLibzmq(t *testing.T) {
+func TestVLLMWireFromLibzmq(t *testing.T) { libzmqWire(t, "", 0) }
+
+// TestThirdPartyWireFromLibzmq is the same through real libzmq in the
+// third-party engine's layout: tagged arrays with parent_block_hash 0 for
+// root blocks, batches numbered from 1, hashes above 2^63, token ids above
+// 2^31.
+func TestThirdPartyWireFromLibzmq(t *testing.T) { libzmqWire(t, "third-party", 1<<31) }
+
+// libzmqWire runs vllm_libzmq_engine.py with the argument wire (its token
+// ids start at tokenBase) behind a bridge process.
+func libzmqWire(t *testing.T, wire string, tokenBase int) {
 	if out, err := exec.Command(debianPython, "-c", "import zmq, msgpack").CombinedOutput(); err != nil {
 		t.Fatalf("%s cannot import zmq and msgpack (%v: %s): install Debian's python3-zmq and python3-msgpack (apt-get install python3-zmq python3-msgpack; .ci/run does)",
 			debianPython, err, strings.TrimSpace(string(out)))
@@ -33,7 +43,11 @@ func TestVLLMWireFromLibzmq(t *testing.T) {
 	login := newNATSLogin(t)
 	_, url, natsURL := startAuthFrontend(t, login)
 
-	eng := exec.Command(debianPython, "testdata/vllm_libzmq_engine.py")
+	args := []string{"testdata/vllm_libzmq_engine.py"}
+	if wire != "" {
+		args = append(args, wire)
+	}
+	eng := exec.Command(debianPython, args...)
 	stdin, _ := eng.StdinPipe()
 	stdout, _ := eng.StdoutPipe()
 	var stderr strings.Builder
@@ -85,7 +99,7 @@ func TestVLLMWireFromLibzmq(t *testing.T) {
 	lookup := func(c int) int {
 		toks := make([]int, 4*16)
 		for i := range toks {
-			toks[i] = c*100000 + i
+			toks[i] = tokenBase + c*100000 + i
 		}
 		body := map[string]any{"prompt": toks}
 		if c == 1 {
@@ -117,7 +131,7 @@ func TestVLLMWireFromLibzmq(t *testing.T) {
 	// The salt is part of the key: chain 1's tokens without it match nothing.
 	toks := make([]int, 64)
 	for i := range toks {
-		toks[i] = 100000 + i
+		toks[i] = tokenBase + 100000 + i
 	}
 	b, _ := json.Marshal(map[string]any{"prompt": toks})
 	resp, err := http.Post(url+"/admin/lookup", "application/json", strings.NewReader(string(b)))

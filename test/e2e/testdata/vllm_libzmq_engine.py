@@ -14,6 +14,12 @@ reads (/v1/models, /metrics, /health).
   engine's own (a seeded sha256), as int for even chains and as 32-byte bin
   for odd ones; chain 1 carries cache_salt "tenant-b" in extra_keys.
 
+With the argument "third-party" it speaks as a third-party vLLM-compatible
+engine was seen to: events as tagged arrays [type, block_hashes,
+parent_block_hash, token_ids, block_size, lora_id, medium, lora_name,
+extra_keys] with parent_block_hash 0 for a root block, batches numbered
+from 1, hashes as unsigned ints above 2**63 and token ids above 2**31.
+
 It prints "engine: http=PORT pub=ENDPOINT replay=ENDPOINT" when ready, sends
 CHAINS chains of BLOCKS blocks (half before the bridge can connect, so
 replay must bring them, half live), then serves until killed.
@@ -31,6 +37,9 @@ import zmq
 
 CHAINS, BLOCKS = 6, 4
 SEED = os.urandom(8)  # like vLLM without PYTHONHASHSEED: differs per run
+THIRD_PARTY = sys.argv[1:] == ["third-party"]
+FIRST_SEQ = 1 if THIRD_PARTY else 0
+TOKEN_BASE = 2**31 if THIRD_PARTY else 0
 
 
 def engine_hash(c, i):
@@ -42,7 +51,11 @@ def as_wire(c, d):
 
 
 def chain_events(c):
-    toks = [c * 100000 + t for t in range(BLOCKS * 16)]
+    toks = [TOKEN_BASE + c * 100000 + t for t in range(BLOCKS * 16)]
+    if THIRD_PARTY:
+        hashes = [int.from_bytes(engine_hash(c, i)[-8:], "big") | 2**63 for i in range(BLOCKS)]
+        extra = [["tenant-b"]] + [None] * (BLOCKS - 1) if c == 1 else None
+        return [["BlockStored", hashes, 0, toks, 16, None, "GPU", None, extra]]
     ev = {"type": "BlockStored",
           "block_hashes": [as_wire(c, engine_hash(c, i)) for i in range(BLOCKS)],
           "parent_block_hash": None, "token_ids": toks, "block_size": 16, "medium": "GPU"}
@@ -89,7 +102,7 @@ ring, lock, topic = [], threading.Lock(), b""
 
 def publish(events):
     with lock:
-        seq = len(ring)
+        seq = FIRST_SEQ + len(ring)
         payload = msgpack.packb([time.time(), events, 0], use_bin_type=True)
         ring.append((seq, payload))
         pub.send_multipart([topic, struct.pack(">Q", seq), payload])
