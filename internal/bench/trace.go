@@ -128,6 +128,15 @@ func ReadMooncake(r io.Reader) ([]TraceRequest, error) {
 			if line == 1 && b[0] != '{' {
 				return nil, fmt.Errorf("bench: mooncake line 1 is not a JSON object (%q...): is this an Azure CSV trace? pass --format azure", truncateStr(string(b), 40))
 			}
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				// Name the trace's field, not the Go struct behind it.
+				want := "a number"
+				if te.Field == "hash_ids" {
+					want = "an array of block ids (numbers)"
+				}
+				return nil, fmt.Errorf("bench: mooncake line %d: %s: got a %s, want %s", line, te.Field, te.Value, want)
+			}
 			return nil, fmt.Errorf("bench: mooncake line %d: %w", line, err)
 		}
 		if m.Timestamp == nil || m.InputLength == nil || m.OutputLength == nil || m.HashIDs == nil {

@@ -93,10 +93,30 @@ func (d *dedupPrefix) Write(p []byte) (int, error) {
 	pre := "switchyard " + d.name + ": "
 	q := bytes.ReplaceAll(p, []byte(pre+d.name+": "), []byte(pre))
 	q = bytes.ReplaceAll(q, []byte("\n  "+d.name+": "), []byte("\n  ")) // joined errors, one per line
+	if bytes.HasPrefix(q, []byte(pre)) {
+		q = dropPackagePrefixes(q)
+	}
 	if _, err := d.w.Write(q); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// internalPackages are the library packages whose names prefix their
+// errors; a user has no use for them ("switchyard simulate: bench: open
+// trace" says "switchyard simulate: open trace").
+var internalPackages = []string{"bench", "bridge", "bus", "enginetok", "enginewire", "frontend", "gate", "hf", "kvevents",
+	"kvindex", "kvpayload", "kvxfer", "linkemu", "node", "openai", "perfmodel", "preflight", "replica", "router", "sim",
+	"simulate", "tokenizer", "vllmpub"}
+
+// dropPackagePrefixes removes "pkg: " after ": " or at the start of a
+// joined error's line, for the library packages above.
+func dropPackagePrefixes(q []byte) []byte {
+	for _, pkg := range internalPackages {
+		q = bytes.ReplaceAll(q, []byte(": "+pkg+": "), []byte(": "))
+		q = bytes.ReplaceAll(q, []byte("\n  "+pkg+": "), []byte("\n  "))
+	}
+	return q
 }
 
 func usage(w io.Writer) {

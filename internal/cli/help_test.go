@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -165,5 +166,31 @@ func TestClientURLAndKeyEnv(t *testing.T) {
 	lc, code := parseLinktest([]string{"--url", "http://h:8000/v1"}, env)
 	if code != -1 || lc.url != "http://h:8000" || lc.adminKey != "admin-from-env" {
 		t.Errorf("linktest: code %d url %q key %q", code, lc.url, lc.adminKey)
+	}
+}
+
+// TestNoInternalPackageNames: errors speak of the user's input, not of the
+// packages or Go types behind it.
+func TestNoInternalPackageNames(t *testing.T) {
+	bad := t.TempDir() + "/bad.jsonl"
+	if err := os.WriteFile(bad, []byte(`{"timestamp":0,"input_length":"12","output_length":3,"hash_ids":[1]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"simulate", "--trace", bad},
+		{"simulate", "--trace", simTrace, "--max-requests", "5", "--compare", bad + ".missing"},
+		{"ceiling", "--trace", bad},
+	} {
+		var out, errb bytes.Buffer
+		Main(context.Background(), args, nil, &out, &errb)
+		s := errb.String()
+		for _, leak := range []string{": bench:", ": simulate:", "Go struct", "mooncakeLine"} {
+			if strings.Contains(s, leak) {
+				t.Errorf("%v: stderr %q names %q", args, s, leak)
+			}
+		}
+		if s == "" {
+			t.Errorf("%v: no error at all", args)
+		}
 	}
 }

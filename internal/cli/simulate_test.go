@@ -43,7 +43,7 @@ func TestSimulateBadInput(t *testing.T) {
 		{"tolerance as a bare number", []string{"--trace", simTrace, "--compare", "x.json", "--compare-tolerance", "15"}, "did you mean 15%?"},
 		{"zero tolerance", []string{"--trace", simTrace, "--compare", "x.json", "--compare-tolerance", "0%"}, "above 0"},
 		{"compare with sweep", []string{"--trace", simTrace, "--compare", "x.json", "--sweep", "workers=1,2"}, "not with --sweep"},
-		{"compare a missing report", []string{"--trace", simTrace, "--compare", filepath.Join(dir, "none.json")}, "--compare: bench: read report"},
+		{"compare a missing report", []string{"--trace", simTrace, "--compare", filepath.Join(dir, "none.json")}, "--compare: read report"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

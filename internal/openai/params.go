@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 )
@@ -169,5 +170,25 @@ func TypeError(te *json.UnmarshalTypeError) (field, msg string) {
 			}
 		}
 	}
+	if n, ok := strings.CutPrefix(te.Value, "number "); ok && want == "an integer" && isIntegerLiteral(n) {
+		// A whole number too large for the field is out of range, not
+		// of the wrong type.
+		return field, fmt.Sprintf("field %q is out of range: %s does not fit in a 64-bit integer (at most %d)", field, n, math.MaxInt64)
+	}
 	return field, fmt.Sprintf("field %q has the wrong type: got %s, want %s", field, te.Value, want)
+}
+
+// isIntegerLiteral reports whether a JSON number is written as a whole
+// number (an optional minus and digits only).
+func isIntegerLiteral(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

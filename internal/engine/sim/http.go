@@ -292,9 +292,14 @@ func (w *Worker) checkContext(prompt int, maxTokens *int, promptParam, mtParam s
 	if maxTokens != nil && prompt < w.maxLen {
 		param = mtParam
 	}
+	// vLLM's words, with the prompt named as the client sent it.
+	what := "prompt"
+	if promptParam == "messages" {
+		what = "messages"
+	}
 	return badRequest(param, "This model's maximum context length is %d tokens. However, you requested %d tokens "+
-		"(%d in the messages, %d in the completion). Please reduce the length of the messages or completion.",
-		w.maxLen, total, prompt, completion)
+		"(%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
+		w.maxLen, total, prompt, what, completion, what)
 }
 
 func (w *Worker) serveGenerate(rw http.ResponseWriter, r *http.Request, chat bool) {

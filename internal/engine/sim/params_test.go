@@ -332,13 +332,16 @@ func TestContextLengthCheckedFirst(t *testing.T) {
 	chatTokens := len(tok.Encode(tokenizer.ChatPrompt([]openai.Message{{Role: "user", Content: long}})))
 	compTokens := len(tok.Encode(long))
 	short := len(tok.Encode(tokenizer.ChatPrompt([]openai.Message{{Role: "user", Content: "hi"}})))
-	msg := func(p, c int) string {
-		return fmt.Sprintf("This model's maximum context length is 40960 tokens. However, you requested %d tokens (%d in the messages, %d in the completion). Please reduce the length of the messages or completion.", p+c, p, c)
+	msgOf := func(what string) func(p, c int) string {
+		return func(p, c int) string {
+			return fmt.Sprintf("This model's maximum context length is 40960 tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.", p+c, p, what, c, what)
+		}
 	}
+	msg, promptMsg := msgOf("messages"), msgOf("prompt") // a completion's prompt is not messages
 	tests := []struct{ name, path, body, param, msg string }{
 		{"chat prompt too long", "/v1/chat/completions", mustJSON(t, map[string]any{"messages": []map[string]string{{"role": "user", "content": long}}}), "messages", msg(chatTokens, 1)},
 		{"chat prompt too long with max_tokens", "/v1/chat/completions", mustJSON(t, map[string]any{"messages": []map[string]string{{"role": "user", "content": long}}, "max_tokens": 10}), "messages", msg(chatTokens, 10)},
-		{"completions prompt too long", "/v1/completions", mustJSON(t, map[string]any{"prompt": long, "max_tokens": 16}), "prompt", msg(compTokens, 16)},
+		{"completions prompt too long", "/v1/completions", mustJSON(t, map[string]any{"prompt": long, "max_tokens": 16}), "prompt", promptMsg(compTokens, 16)},
 		{"max_tokens too large", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1000000}`, "max_tokens", msg(short, 1000000)},
 		{"max_completion_tokens too large", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":40960}`, "max_completion_tokens", msg(short, 40960)},
 	}
