@@ -56,7 +56,7 @@ for s in "${scenarios[@]}"; do
 	# the harness's process output and per-request failure lines.
 	figures=$(grep -E '^ {4}[a-z_]+_test\.go:[0-9]+: ' "$log/$test" |
 		grep -v -E '^ {4}harness_test\.go|failed at [0-9]' |
-		sed -E 's/^ {4}[a-z_]+_test\.go:[0-9]+: //' | head -n 6 | paste -sd ';' - | sed 's/;/; /g')
+		sed -E 's/^ {4}[a-z_]+_test\.go:[0-9]+: //' | head -n 6 | paste -sd ';' - | sed 's/;/; /g' || true)
 	rows+=("$name|$result|${figures:-—} (${took} s)")
 	if [[ $result == FAIL ]]; then
 		echo "chaos: $test failed; its output:" >&2

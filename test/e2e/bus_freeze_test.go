@@ -373,12 +373,20 @@ func TestWorkerBusLinkFrozen(t *testing.T) {
 	time.Sleep(10 * time.Second) // the freeze itself, longer than the 6 s registry TTL
 	newReq := chat(context.Background(), c.url, "a new request while w1's bus link is frozen", 4)
 	px.set(false)
+	cut := 0
 	for range streams {
 		if err := <-errs; err != nil {
+			cut++
 			t.Errorf("stream in flight on w1 across its bus freeze: %v", err)
 		}
 	}
 	bw.finish()
+	newOutcome := "served"
+	if newReq.err != nil {
+		newOutcome = newReq.err.Error()
+	}
+	t.Logf("w1's bus link frozen 10 s (registry ttl 6 s): %d of %d streams on it cut; a new request meanwhile: %s; fewest routable workers %d",
+		cut, streams, newOutcome, bw.minWorkers)
 	if newReq.err != nil {
 		t.Errorf("new request while w1's bus link was frozen: %v", newReq.err)
 	}
