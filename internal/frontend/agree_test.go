@@ -261,7 +261,9 @@ func TestPlainStreamCountsUsage(t *testing.T) {
 			`{"stream_options":{"include_usage":true},"model":"qwen3-0.6b","messages":[{"role":"user","content":"hi"}],"stream":true}`, true},
 		{"completions", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi","stream":true,"max_tokens":5}`,
 			`{"stream_options":{"include_usage":true},"model":"qwen3-0.6b","prompt":"hi","stream":true,"max_tokens":5}`, false},
-		{"other stream options kept", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":false}}`,
+		{"other stream options kept", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi","stream":true,"stream_options":{"include_usage":false,"x_option":7}}`,
+			`{"model":"qwen3-0.6b","prompt":"hi","stream":true,"stream_options":{"x_option":7,"include_usage":true}}`, false},
+		{"continuous usage off without include_usage", "/v1/completions", `{"model":"qwen3-0.6b","prompt":"hi","stream":true,"stream_options":{"include_usage":false,"continuous_usage_stats":true}}`,
 			`{"model":"qwen3-0.6b","prompt":"hi","stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":true}}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

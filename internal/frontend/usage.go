@@ -47,6 +47,11 @@ func withStreamUsage(body []byte, req *openai.CompletionRequest) ([]byte, bool, 
 		}
 	}
 	opts["include_usage"] = json.RawMessage("true")
+	if _, ok := opts["continuous_usage_stats"]; ok {
+		// vLLM honours it only with include_usage: the client, which
+		// did not ask for usage, would have had none in its chunks.
+		opts["continuous_usage_stats"] = json.RawMessage("false")
+	}
 	so, err := json.Marshal(opts)
 	if err != nil {
 		return nil, false, fmt.Errorf("frontend: ask for stream usage: %w", err)
