@@ -387,3 +387,83 @@ func streamOnce(url, prompt string, maxTokens int) (string, error) {
 	}
 	return worker, fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
 }
+
+// TestDrainBridge: SIGTERM a bridge while its engine streams. It shows as
+// draining, deregisters only once the engine is idle, exits 0, and leaves
+// the engine running.
+func TestDrainBridge(t *testing.T) {
+	c := startOverloadCluster(t, 0, nil, nil)
+	ep := freeTCP(t)
+	_, em := start(t, readyURL, "worker", "--id", "eng", "--http-addr", "127.0.0.1:0", "--kv-events-wire", "vllm", "--kv-events", ep)
+	engineURL := em[1]
+	br, _ := start(t, readyURL, "worker", "--engine", "vllm", "--id", "vllm-a", "--engine-url", engineURL, "--kv-events", ep,
+		"--nats", c.nats, "--nats-insecure", "--drain-timeout", "30s")
+	type drainHealth struct {
+		Workers []struct {
+			ID       string `json:"id"`
+			Draining bool   `json:"draining"`
+			Events   struct{ State string } `json:"events"`
+		} `json:"workers"`
+	}
+	eventually(t, 30*time.Second, "the bridged engine routable", func() bool {
+		var h drainHealth
+		getJSON(t, c.url+"/health", &h)
+		return len(h.Workers) == 1 && h.Workers[0].Events.State == "healthy"
+	})
+	const streams = 6
+	errs := make(chan error, streams)
+	started := make(chan struct{}, streams)
+	for k := range streams {
+		go func() {
+			started <- struct{}{}
+			_, err := streamOnce(c.url, fmt.Sprintf("stream %d: a long answer please", k), 400)
+			errs <- err
+		}()
+	}
+	for range streams {
+		<-started
+	}
+	eventually(t, 20*time.Second, "the streams running on the engine", func() bool {
+		var h struct {
+			Workers []struct {
+				Load struct{ Running int } `json:"load"`
+			} `json:"workers"`
+		}
+		getJSON(t, c.url+"/health", &h)
+		return len(h.Workers) == 1 && h.Workers[0].Load.Running == streams
+	})
+	if err := br.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the frontend shows the bridged engine draining", func() bool {
+		var h drainHealth
+		getJSON(t, c.url+"/health", &h)
+		return len(h.Workers) == 1 && h.Workers[0].Draining
+	})
+	// While it drains, the streams are still running: the bridge has not
+	// left.
+	select {
+	case <-br.done:
+		t.Fatalf("the bridge exited with streams still running on its engine")
+	default:
+	}
+	for range streams {
+		if err := <-errs; err != nil {
+			t.Errorf("stream through the draining bridge: %v", err)
+		}
+	}
+	select {
+	case <-br.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bridge did not exit within 30 s of its engine going idle")
+	}
+	if code := br.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("bridge exited %d, want 0", code)
+	}
+	// The engine is still up.
+	resp, err := http.Get(engineURL + "/v1/models")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("engine after the bridge drained: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
