@@ -400,8 +400,8 @@ func TestDrainBridge(t *testing.T) {
 		"--nats", c.nats, "--nats-insecure", "--drain-timeout", "30s")
 	type drainHealth struct {
 		Workers []struct {
-			ID       string `json:"id"`
-			Draining bool   `json:"draining"`
+			ID       string                 `json:"id"`
+			Draining bool                   `json:"draining"`
 			Events   struct{ State string } `json:"events"`
 		} `json:"workers"`
 	}
