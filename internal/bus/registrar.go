@@ -33,6 +33,12 @@ import (
 // registrarQueue makes one frontend of many handle each request.
 const registrarQueue = "switchyard-registrar"
 
+// registrarParallel bounds the requests a registrar serves at once: each
+// waits on a JetStream round trip, and one slow one (a bus under strain)
+// must not hold up every other worker's refresh. When all are busy the
+// subscription waits, which NATS buffers.
+const registrarParallel = 32
+
 // registrarMaxRequest bounds a request: an entry is well under 4 KiB.
 const registrarMaxRequest = 64 << 10
 
@@ -68,6 +74,7 @@ type Registrar struct {
 	prefix  string
 	sub     *nats.Subscription
 	refused atomic.Uint64
+	slots   chan struct{} // registrarParallel
 
 	logMu   sync.Mutex // guards logLast
 	logLast time.Time
@@ -84,8 +91,16 @@ func (r *Registry) StartRegistrar() (*Registrar, error) {
 	if r.viaFrontend {
 		return nil, errors.New("bus: registrar: a worker's registry cannot serve other workers")
 	}
-	g := &Registrar{r: r, prefix: r.subj.RegistrarPrefix()}
-	sub, err := r.nc.QueueSubscribe(r.subj.RegistrarAll(), registrarQueue, g.handle)
+	g := &Registrar{r: r, prefix: r.subj.RegistrarPrefix(), slots: make(chan struct{}, registrarParallel)}
+	sub, err := r.nc.QueueSubscribe(r.subj.RegistrarAll(), registrarQueue, func(m *nats.Msg) {
+		// A worker waits for each answer before its next request, so
+		// serving requests side by side keeps each worker's in order.
+		g.slots <- struct{}{}
+		go func() {
+			defer func() { <-g.slots }()
+			g.handle(m)
+		}()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bus: registrar: subscribe %s: %w", r.subj.RegistrarAll(), err)
 	}
@@ -121,8 +136,7 @@ func (g *Registrar) refuse(subject, why string) {
 	g.r.log.Warn("worker registry request refused", "subject", subject, "why", why)
 }
 
-// handle runs on the subscription's delivery goroutine, one request at a
-// time.
+// handle serves one request; up to registrarParallel run at once.
 func (g *Registrar) handle(m *nats.Msg) {
 	id, _ := strings.CutPrefix(m.Subject, g.prefix)
 	if ValidateName("worker id", id) != nil {
