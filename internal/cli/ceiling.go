@@ -59,7 +59,7 @@ func runCeiling(_ context.Context, args []string, env Env) int {
 	trace := fs.String("trace", "", "Mooncake trace file (required)")
 	skip := fs.Int("skip", 0, "skip the trace's first N requests")
 	maxReq := fs.Int("max-requests", 0, "use the first N requests after --skip (0 = all)")
-	workers := fs.Int("workers", 4, "workers whose caches add up to the capacity")
+	workers := fs.Int("workers", 2, "workers whose caches add up to the capacity (the default is up's)")
 	if code := parseFlags(fs, args, env); code >= 0 {
 		return code
 	}

@@ -68,7 +68,7 @@ func parseSimulate(args []string, env Env) (simulateCmd, int) {
 	fs.Float64Var(&c.longShare, "long-share", 0, "give this share of requests (chosen by --seed) --long-tokens input tokens and a unique prompt, as bench trace --long-share")
 	fs.IntVar(&c.longTokens, "long-tokens", 4000, "input length of the requests --long-share picks")
 	fs.IntVar(&c.tile, "tile", 1, "repeat the trace this many times back to back, each copy with fresh hash ids (scale tests)")
-	fs.IntVar(&cfg.Workers, "workers", cfg.Workers, "decode workers (aggregated when --prefill-workers is 0)")
+	fs.IntVar(&cfg.Workers, "workers", 2, "decode workers (aggregated when --prefill-workers is 0); the default is up's")
 	fs.IntVar(&cfg.PrefillWorkers, "prefill-workers", 0, "prefill-role workers (disaggregated serving)")
 	fs.StringVar(&cfg.Engine.Model, "model", cfg.Engine.Model, "model preset: qwen3-0.6b, llama-3.1-8b, qwen3-32b, llama-3.1-70b, llama-2-70b")
 	fs.StringVar(&cfg.Engine.GPU, "gpu", cfg.Engine.GPU, "GPU preset: rtx-4060, l4, a100-80g, h100, h200")
