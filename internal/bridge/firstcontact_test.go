@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/internal/enginewire"
+	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/vllmpub"
 )
 
@@ -101,5 +102,24 @@ func TestBridgeThirdPartyWire(t *testing.T) {
 	noLoss(t, r, 1)
 	if m := r.br.Status().Mirror; m.Orphans != 0 || m.UnknownRemoved != 0 {
 		t.Errorf("mirror stats = %+v, want nothing dropped", m)
+	}
+}
+
+// An adapter's chains go on the wire as vLLM sends them (lora_id,
+// lora_name, the name in every block's extra_keys, the salt after it on
+// the first) and come out rooted at the adapter, salt included.
+func TestBridgeLoRAChains(t *testing.T) {
+	r := newRig(t, vllmpub.Config{Layout: enginewire.Layout{ArrayEvents: true}})
+	r.startBridge(nil)
+	base := newChain(28, 3, "")
+	sql := newChain(28, 3, kvindex.LoRASalt("sql-adapter", ""))
+	salted := newChain(28, 3, kvindex.LoRASalt("sql-adapter", "tenant-a"))
+	r.store(base, 0, 3)
+	r.store(sql, 0, 2)
+	r.store(sql, 2, 3)
+	r.store(salted, 0, 3)
+	r.waitIndex(base.hashes, sql.hashes, salted.hashes)
+	if m := r.br.Status().Mirror; m.BadEvents != 0 || m.Orphans != 0 || m.StoredBlocks != 9 {
+		t.Errorf("mirror stats = %+v", m)
 	}
 }

@@ -159,3 +159,21 @@ func AppendExtraKeys(dst []byte, salt string, n int) []byte {
 	}
 	return dst
 }
+
+// AppendLoRAExtraKeys encodes extra_keys as vLLM does for a LoRA adapter's
+// n blocks: the adapter's name on every block, and the salt after it on
+// the first when there is one.
+func AppendLoRAExtraKeys(dst []byte, adapter, salt string, n int) []byte {
+	dst = msgpack.AppendArrayHeader(dst, n)
+	for i := 0; i < n; i++ {
+		if i == 0 && salt != "" {
+			dst = append(dst, 0x92)
+			dst = msgpack.AppendStr(dst, adapter)
+			dst = msgpack.AppendStr(dst, salt)
+		} else {
+			dst = append(dst, 0x91)
+			dst = msgpack.AppendStr(dst, adapter)
+		}
+	}
+	return dst
+}

@@ -1,6 +1,9 @@
 package kvindex
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"strings"
+)
 
 // BlockHash identifies a full block of tokens together with every block
 // before it in the same prompt: equal hashes mean equal prefixes.
@@ -32,6 +35,17 @@ func Root(salt string) BlockHash {
 // name, so the same prompt on another adapter, or on the base model, is
 // another cache.
 func LoRASalt(adapter, salt string) string { return "lora\x00" + adapter + "\x00" + salt }
+
+// SplitLoRASalt undoes LoRASalt: ok is false for a salt LoRASalt did not
+// make.
+func SplitLoRASalt(s string) (adapter, salt string, ok bool) {
+	rest, ok := strings.CutPrefix(s, "lora\x00")
+	if !ok {
+		return "", "", false
+	}
+	adapter, salt, ok = strings.Cut(rest, "\x00")
+	return adapter, salt, ok
+}
 
 // HashBlock returns the hash of one full block given its parent's hash.
 // It is a multiply-xorshift hash over the token IDs, two tokens a round; it

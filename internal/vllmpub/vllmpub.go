@@ -310,7 +310,12 @@ func (p *Publisher) PublishStepTokens(events []kvevents.Event, st *sim.StepToken
 				ev.TokenIDs = make([]uint32, n)
 				tok += n
 			}
-			if salt != "" {
+			if adapter, cacheSalt, ok := kvindex.SplitLoRASalt(salt); ok {
+				// The simulator roots an adapter's chains as the bridge
+				// does; on the wire they are named as vLLM names them.
+				ev.LoraName, ev.LoraID = adapter, loraID(adapter)
+				ev.RawExtraKeys = enginewire.AppendLoRAExtraKeys(nil, adapter, cacheSalt, len(e.Hashes))
+			} else if salt != "" {
 				ev.RawExtraKeys = enginewire.AppendExtraKeys(nil, salt, len(e.Hashes))
 			}
 		case kvevents.Removed:
@@ -370,6 +375,16 @@ func (p *Publisher) publishLocked(b *enginewire.Batch) {
 	default:
 		p.dropped.Add(1)
 	}
+}
+
+// loraID is the lora_id an adapter is published with: vLLM numbers the
+// adapters it loads; a stable number per name stands for that here.
+func loraID(adapter string) int64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(adapter); i++ {
+		h = (h ^ uint64(adapter[i])) * 1099511628211
+	}
+	return int64(h>>34) + 1
 }
 
 func mediumOf(t kvevents.Tier) enginewire.Medium {

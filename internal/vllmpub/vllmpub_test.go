@@ -2,6 +2,7 @@ package vllmpub
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -162,5 +163,33 @@ func TestQuirksValidate(t *testing.T) {
 		if _, err := New(Config{Endpoint: "tcp://127.0.0.1:0", BlockSize: 16, Quirks: q}); err == nil {
 			t.Errorf("quirks %+v accepted", q)
 		}
+	}
+}
+
+// An adapter's chain is published as vLLM publishes it: lora_id and
+// lora_name set, the name in every block's extra_keys and the cache salt
+// after it on the first.
+func TestAdapterChainOnTheWire(t *testing.T) {
+	p, err := New(Config{Endpoint: freeEndpoint(t), ReplayEndpoint: freeEndpoint(t), BlockSize: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	salt := kvindex.LoRASalt("sql-adapter", "tenant-a")
+	tokens := make([]uint32, 32)
+	hashes := kvindex.HashChain(nil, salt, tokens, 16)
+	p.PublishStepTokens([]kvevents.Event{{Kind: kvevents.Stored, Parent: kvindex.Root(salt), Hashes: hashes}},
+		&sim.StepTokens{Tokens: tokens, Salts: map[uint64]string{hashes[0]: salt}})
+	_, batches := replayAll(t, p)
+	e := batches[0].Events[0]
+	if e.LoraName != "sql-adapter" || e.LoraID == 0 || e.HasParent {
+		t.Fatalf("event = %+v, want lora_name sql-adapter, a lora_id, no parent", e)
+	}
+	var items [2][]string
+	if err := e.ForEachExtraKey(func(block int, _, str []byte) { items[block] = append(items[block], string(str)) }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(items) != "[[sql-adapter tenant-a] [sql-adapter]]" {
+		t.Errorf("extra_keys = %v", items)
 	}
 }
