@@ -158,6 +158,7 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "requests open on one worker at most; when every worker is full, 429 with Retry-After (0: no limit)")
 	fs.IntVar(&c.MaxQueue, "max-queue", 1024, "requests waiting for a worker slot at most (with --max-inflight-per-worker); one more gets 429 unless it outranks a queued one")
 	fs.DurationVar(&c.QueueTimeout, "queue-timeout", 30*time.Second, "longest a request waits in the admission queue before 429 with Retry-After")
+	fs.DurationVar(&c.QueueTTFT, "queue-ttft", 0, "also count a worker full (requests wait in the fair queue) while its predicted prefill queue exceeds this, e.g. the --ttft-slo; 0: off")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, refuse new requests (503, /health draining) and finish those being served for at most this long")
 	fs.StringVar(&c.ConfigFile, "config", "", "YAML file of per-model settings (tokenizer, block_size, router policy and alpha, disagg) for a fleet; models it does not name take the flags (see docs/config.md)")
 	fs.StringVar(&c.TenantsFile, "tenants", "", "YAML file of tenants (name, key or key_sha256, weight, limits, max_priority): API keys name tenants, shared fairly under load, prefix caches isolated (see docs/overload.md)")
@@ -242,6 +243,8 @@ func checkFrontendConfig(c *node.FrontendConfig, getenv func(string) string) err
 		return fmt.Errorf("--max-connections %d must be positive", c.MaxConnections)
 	case c.MaxInflight < 0 || c.MaxInflightPerWorker < 0:
 		return fmt.Errorf("--max-inflight and --max-inflight-per-worker must be 0 (no limit) or positive")
+	case c.QueueTTFT < 0:
+		return fmt.Errorf("--queue-ttft %v must not be negative", c.QueueTTFT)
 	case c.MaxQueue <= 0 || c.QueueTimeout <= 0:
 		return fmt.Errorf("--max-queue %d and --queue-timeout %v must be positive", c.MaxQueue, c.QueueTimeout)
 	case c.EjectAfter <= 0:

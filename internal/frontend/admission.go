@@ -102,21 +102,38 @@ func (s *Server) admitRequest(ctx context.Context, w http.ResponseWriter, r *htt
 // capacity is how many requests admission may let through at once: the
 // routable serving workers' --max-inflight-per-worker slots less those
 // the peer replicas hold (-1 without that bound; 0 when no worker can
-// serve or the peers hold every slot). The slots of every model's workers are pooled: one queue serves
-// the deployment.
+// serve or the peers hold every slot). A worker whose predicted prefill
+// queue is over QueueTTFT has no slot. The slots of every model's workers
+// are pooled: one queue serves the deployment.
 func (s *Server) capacity() int {
 	serving := s.servingWorkers(s.deps.Workers.List(), nil)
 	if len(serving) == 0 {
 		return 0
 	}
-	if s.cfg.MaxInflightPerWorker <= 0 {
+	n, unbounded := 0, false
+	for _, wk := range s.routable(serving) {
+		switch {
+		case s.overTTFT(wk.ID):
+		case s.cfg.MaxInflightPerWorker <= 0:
+			unbounded = true
+		default:
+			n += max(0, s.cfg.MaxInflightPerWorker-s.peerInFlight(wk.ID))
+		}
+	}
+	if unbounded {
 		return -1
 	}
-	n := 0
-	for _, wk := range s.routable(serving) {
-		n += max(0, s.cfg.MaxInflightPerWorker-s.peerInFlight(wk.ID))
-	}
 	return n
+}
+
+// overTTFT reports whether worker id's predicted prefill queue is over
+// QueueTTFT.
+func (s *Server) overTTFT(id string) bool {
+	if s.cfg.QueueTTFT <= 0 || s.deps.Queue == nil {
+		return false
+	}
+	d, ok := s.deps.Queue.QueueDelay(id)
+	return ok && d > s.cfg.QueueTTFT
 }
 
 // anyServing reports whether a worker can serve at all (admission's 503).

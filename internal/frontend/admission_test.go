@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/admit"
 )
@@ -155,5 +157,59 @@ func TestPeersHoldSlots(t *testing.T) {
 	peers.n.Store(1)
 	if c := <-code; c != 200 {
 		t.Errorf("status %d after a peer slot freed, want 200", c)
+	}
+}
+
+// fakeQueue predicts each worker's prefill queue.
+type fakeQueue struct {
+	mu sync.Mutex
+	d  map[string]time.Duration
+}
+
+func (q *fakeQueue) set(id string, d time.Duration) {
+	q.mu.Lock()
+	q.d[id] = d
+	q.mu.Unlock()
+}
+
+func (q *fakeQueue) QueueDelay(id string) (time.Duration, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d, ok := q.d[id]
+	return d, ok
+}
+
+// TestQueueTTFT: a worker whose predicted prefill queue is over QueueTTFT
+// gets no request while another has room; with every worker over it, a
+// request waits in the fair queue until one drains.
+func TestQueueTTFT(t *testing.T) {
+	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
+	q := &fakeQueue{d: map[string]time.Duration{"w-a": 5 * time.Second, "w-b": 0}}
+	h := newHarness(t, Config{QueueTTFT: 2 * time.Second}, Deps{Queue: q}, a.worker(RoleAggregated), b.worker(RoleAggregated))
+	body := `{"model":"qwen3-0.6b","prompt":"x"}`
+	for range 3 {
+		if resp, got := h.do(t, "POST", "/v1/completions", body); resp.StatusCode != 200 || resp.Header.Get(HeaderWorker) != "w-b" {
+			t.Errorf("status %d worker %q, want 200 from w-b (w-a is queued past the objective): %s", resp.StatusCode, resp.Header.Get(HeaderWorker), got)
+		}
+	}
+	q.set("w-b", 3*time.Second)
+	code := make(chan int, 1)
+	go func() {
+		resp, err := h.srv.Client().Post(h.srv.URL+"/v1/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			code <- 0
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		code <- resp.StatusCode
+	}()
+	waitFor(t, "request queued while every worker is over the objective", func() bool { return h.s.AdmissionStats().Queued["standard"] == 1 })
+	q.set("w-a", 0)
+	if c := <-code; c != 200 {
+		t.Errorf("status %d once w-a drained, want 200", c)
+	}
+	if n := len(a.received()); n != 1 {
+		t.Errorf("w-a got %d requests, want the one that waited", n)
 	}
 }

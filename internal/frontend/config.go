@@ -76,6 +76,10 @@ type Config struct {
 	MaxQueue     int
 	QueueTimeout time.Duration
 	Tenants      *admit.Tenants
+	// QueueTTFT, when set, also counts a worker full while its predicted
+	// prefill queue (Deps.Queue) exceeds it, so requests wait in the fair
+	// queue rather than in one engine's FIFO past the TTFT objective.
+	QueueTTFT time.Duration
 	// Pprof serves net/http/pprof under /debug/pprof/, behind the admin key.
 	Pprof bool
 

@@ -373,6 +373,9 @@ type Deps struct {
 	// so MaxInflightPerWorker bounds the deployment's, not only this
 	// replica's; nil: this frontend is alone.
 	Peers PeerLoad
+	// Queue predicts each worker's prefill queue, for Config.QueueTTFT;
+	// nil: no worker counts as full by its queue.
+	Queue QueueDelayer
 }
 
 // gateInfo returns the configured GateInfo, if any.
@@ -394,6 +397,13 @@ func (d *Deps) predictor() Predictor {
 }
 
 var errNoCandidates = errors.New("frontend: no candidate workers")
+
+// QueueDelayer predicts how long a new prompt would wait behind the
+// prefill queued on a worker; false when it cannot tell. Called as often
+// as PeerLoad.
+type QueueDelayer interface {
+	QueueDelay(workerID string) (time.Duration, bool)
+}
 
 // PeerLoad reports the requests other frontend replicas have in flight
 // on a worker. It must be safe for concurrent use and cheap: admission

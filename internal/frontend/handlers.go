@@ -354,16 +354,20 @@ func (s *Server) shedError(scope, msg string) *apiError {
 	return &apiError{status: http.StatusTooManyRequests, typ: openai.TypeRateLimit, msg: msg, kind: errKindShed, retryAfter: shedRetryAfter}
 }
 
-// withRoom drops workers at MaxInflightPerWorker.
+// withRoom drops workers at MaxInflightPerWorker (counting the peer
+// replicas' requests) and, when some other has room, those whose
+// predicted prefill queue is over QueueTTFT.
 func (s *Server) withRoom(ws []Worker) []Worker {
 	max := int64(s.cfg.MaxInflightPerWorker)
-	if max <= 0 {
-		return ws
-	}
 	out := ws[:0:0]
 	for _, w := range ws {
-		if s.inflightCounter(w.ID).Load()+int64(s.peerInFlight(w.ID)) < max {
+		if max <= 0 || s.inflightCounter(w.ID).Load()+int64(s.peerInFlight(w.ID)) < max {
 			out = append(out, w)
+		}
+	}
+	if s.cfg.QueueTTFT > 0 {
+		if fast := slices.DeleteFunc(slices.Clone(out), func(w Worker) bool { return s.overTTFT(w.ID) }); len(fast) > 0 {
+			out = fast
 		}
 	}
 	return out

@@ -164,6 +164,20 @@ func (a adapters) gateInput(mode gate.Mode, n, cachedD, cachedP int, d, p bus.Wo
 	return gate.InputFor(mode, n, cachedD, cachedP, view(d), view(p))
 }
 
+// QueueDelay predicts how long a new prompt would wait behind the
+// prefill already queued on worker id, from its timing profile and last
+// load report; false when either is unknown.
+func (a adapters) QueueDelay(id string) (time.Duration, bool) {
+	w, ok := a.f.watcher.Worker(id)
+	if !ok || w.Profile.PeakFLOPS <= 0 {
+		return 0, false
+	}
+	if _, ok := a.f.load(id); !ok {
+		return 0, false
+	}
+	return a.gateInput(gate.ModeAuto, 0, 0, 0, w, bus.WorkerInfo{}, true).QueueD, true
+}
+
 // Decide runs the disaggregation gate for one request.
 func (a adapters) Decide(_ context.Context, in frontend.GateInput) frontend.GateDecision {
 	d, okD := a.f.watcher.Worker(in.Decode)

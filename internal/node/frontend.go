@@ -92,6 +92,7 @@ type FrontendConfig struct {
 	MaxQueue     int
 	QueueTimeout time.Duration
 	DrainTimeout time.Duration  // --drain-timeout: the cli's wait in Drain
+	QueueTTFT    time.Duration  // --queue-ttft: a worker queued past it counts as full
 	TenantsFile  string         // --tenants, loaded into Tenants by the cli
 	ConfigFile   string         // --config, loaded into Models by the cli
 	Tenants      *admit.Tenants // nil: one default tenant
@@ -377,13 +378,13 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		HeaderTimeout: cfg.HeaderTimeout, RequestTimeout: cfg.RequestTimeout, MaxBodyBytes: cfg.MaxBodyBytes,
 		EjectAfter: cfg.EjectAfter, ClientReadTimeout: cfg.ClientReadTimeout, ClientStallTimeout: cfg.ClientStallTimeout,
 		MaxConnections: cfg.MaxConnections, MaxInflight: cfg.MaxInflight, MaxInflightPerWorker: cfg.MaxInflightPerWorker,
-		MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout, Tenants: cfg.Tenants,
+		MaxQueue: cfg.MaxQueue, QueueTimeout: cfg.QueueTimeout, Tenants: cfg.Tenants, QueueTTFT: cfg.QueueTTFT,
 		Pprof:      cfg.Pprof,
 		DisaggMode: string(mode), SettingsChanged: settingsChanged, Registry: cfg.Registry, Logger: f.log,
 	}, frontend.Deps{
 		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share, newExpectations(f.consumer)}, Events: a, Gate: a, Index: a,
 		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a, Cluster: a,
-		Tokenizer: cfg.Tokenizer, ModelTokenizer: modelTok, Peers: &f.peerLoad,
+		Tokenizer: cfg.Tokenizer, ModelTokenizer: modelTok, Peers: &f.peerLoad, Queue: a,
 	})
 	if err != nil {
 		return nil, err
