@@ -253,9 +253,25 @@ func TestDashboard(t *testing.T) {
 		!regexp.MustCompile(`^((–|\d+% of \d+ \(blind \d+, stale \d+\))\|?)+$`).MatchString(cells) {
 		t.Errorf("index agreement cells %q, want one per worker", cells)
 	}
-	if got := b.evalString(`document.getElementById("req-total").textContent`); !strings.Contains(got, "completions") {
-		t.Errorf("request card = %q", got)
+	// Every API is counted, by name.
+	for path, body := range map[string]string{
+		"/v1/messages":  `{"model":"qwen3-0.6b","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`,
+		"/v1/responses": `{"model":"qwen3-0.6b","max_output_tokens":4,"input":"hi"}`,
+	} {
+		resp, err := http.Post(url+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = new(bytes.Buffer).ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: HTTP %d", path, resp.StatusCode)
+		}
 	}
+	eventually(t, 5*time.Second, "the request card names every endpoint", func() bool {
+		got := b.evalString(`document.getElementById("req-total").textContent`)
+		return strings.Contains(got, fmt.Sprintf("%d completions", n)) && strings.Contains(got, "1 messages") && strings.Contains(got, "1 responses")
+	})
 	// The admission card counts the requests admitted at once and lists
 	// each priority's queue.
 	eventually(t, 5*time.Second, "the admission card counts admissions", func() bool {
