@@ -38,6 +38,11 @@ func (s *Server) tenantOf(r *http.Request) (*admit.Tenant, bool) {
 			return t, true
 		}
 	}
+	if k := r.Header.Get("x-api-key"); k != "" { // Anthropic's clients
+		if t := ts.ByKey(strings.TrimSpace(k)); t != nil {
+			return t, true
+		}
+	}
 	if s.cfg.APIKey == "" {
 		return ts.Default(), s.cfg.AdminKey != "" && bearer(r, s.cfg.AdminKey)
 	}

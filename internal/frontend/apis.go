@@ -1,13 +1,9 @@
 package frontend
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
-	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/openai"
@@ -39,6 +35,9 @@ type apiRequest struct {
 	native     bool   // the attempt in progress went to a worker serving the API
 	prevWorker string // the worker holding previous_response_id's state
 	store      bool   // a Responses request the engine stores
+	// salted: a tenant's cache salt applies, which only the chat body
+	// carries, so the request is translated whatever the worker serves.
+	salted bool
 }
 
 // serves reports whether wk serves api itself.
@@ -49,7 +48,7 @@ func (wk *Worker) serves(api string) bool { return slices.Contains(wk.APIs, api)
 // else the chat translation. A remote prefill's kv_transfer_params ride a
 // chat body, so such a request is translated.
 func (a *apiRequest) prepareAttempt(wk Worker, rt *route, path string, body []byte) (string, []byte) {
-	a.native = wk.serves(a.kind) && !(rt.gated && rt.gate.Remote)
+	a.native = wk.serves(a.kind) && !(rt.gated && rt.gate.Remote) && !a.salted
 	a.tr.Native = a.native
 	if a.native {
 		return a.nativePath, a.raw
@@ -62,72 +61,24 @@ func (a *apiRequest) prepareAttempt(wk Worker, rt *route, path string, body []by
 // be, forwarded as sent to a worker that serves the API and translated
 // to and from a chat completion for one that does not.
 func (s *Server) handleAPI(ep endpoint) http.HandlerFunc {
-	return func(w0 http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		w := &statusWriter{ResponseWriter: w0}
-		defer func() {
-			code := w.status
-			if code == 0 {
-				code = 499
-			}
-			s.m.requests.WithLabelValues(ep.name, strconv.Itoa(code)).Inc()
-		}()
-		fail := func(e *apiError) { s.failAPI(w, ep.name, e) }
-		if !s.apiAuthorized(r) {
-			fail(&apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
-				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key> or x-api-key: <key>", kind: errKindUnauthorized})
-			return
-		}
-		pin := r.Header.Get(HeaderPinWorker)
-		if pin != "" && !s.adminAuthorized(r) {
-			fail(&apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
-				msg: "frontend: " + HeaderPinWorker + " needs admin access", kind: errKindUnauthorized})
-			return
-		}
+	return s.handleGenerate(ep, func(w http.ResponseWriter, r *http.Request, reqID string) (*parsedRequest, *apiError) {
 		body, aerr := s.readClientBody(w, r)
 		if aerr != nil {
-			fail(aerr)
-			return
+			return nil, aerr
 		}
-		reqID := w.Header().Get(headerRequestID)
-		if r.Header.Get(headerRequestID) == reqID {
-			reqID += "." + s.newRequestID()
-		}
-		var pr *parsedRequest
 		if ep.name == APIMessages {
-			pr, aerr = s.parseMessages(w, body, reqID)
-		} else {
-			pr, aerr = s.parseResponses(w, body, reqID)
+			return s.parseMessages(w, body, reqID)
 		}
-		if aerr != nil {
-			fail(aerr)
-			return
-		}
-		if pr.api.prevWorker != "" {
-			if pin != "" && pin != pr.api.prevWorker {
-				fail(badRequest("previous_response_id", "frontend: previous_response_id is stored on worker %s, but %s pins %s", pr.api.prevWorker, HeaderPinWorker, pin))
-				return
-			}
-			pin = pr.api.prevWorker
-		}
-		if max := s.cfg.MaxInflight; max > 0 {
-			if s.active.Add(1) > int64(max) {
-				s.active.Add(-1)
-				fail(s.shedError("global", fmt.Sprintf("frontend: %d requests in flight, the --max-inflight limit; retry after the Retry-After delay", max)))
-				return
-			}
-			defer s.active.Add(-1)
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-		defer cancel()
-		if aerr := s.serve(ctx, pr.api.tr, r, ep, pr, reqID, pin, start); aerr != nil {
-			fail(aerr)
-			return
-		}
-		pr.api.tr.Finish()
-		if pr.api.native && pr.api.tr.Usage() != nil {
-			s.countUsage(pr.api.tr.Usage())
-		}
+		return s.parseResponses(w, body, reqID)
+	})
+}
+
+// finish writes a whole answer the translator holds, and counts the usage
+// of an answer the relay could not read (in the API's own shape).
+func (a *apiRequest) finish(s *Server) {
+	a.tr.Finish()
+	if a.native && a.tr.Usage() != nil {
+		s.countUsage(a.tr.Usage())
 	}
 }
 
@@ -256,46 +207,31 @@ var endpointEmbeddings = endpoint{name: APIEmbeddings, path: "/v1/embeddings"}
 // handleEmbeddings serves POST /v1/embeddings: routed by load (an
 // embedding caches nothing a later request could reuse) among the
 // workers of the model that serve the endpoint, and forwarded as sent.
-func (s *Server) handleEmbeddings(w0 http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	w := &statusWriter{ResponseWriter: w0}
-	defer func() {
-		code := w.status
-		if code == 0 {
-			code = 499
-		}
-		s.m.requests.WithLabelValues(endpointEmbeddings.name, strconv.Itoa(code)).Inc()
-	}()
-	if !s.apiAuthorized(r) {
-		s.fail(w, &apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
-			msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
-		return
-	}
+func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
+	s.handleGenerate(endpointEmbeddings, s.parseEmbeddings)(w, r)
+}
+
+func (s *Server) parseEmbeddings(w http.ResponseWriter, r *http.Request, _ string) (*parsedRequest, *apiError) {
 	body, aerr := s.readClientBody(w, r)
 	if aerr != nil {
-		s.fail(w, aerr)
-		return
+		return nil, aerr
 	}
 	var req struct {
 		Model string          `json:"model"`
 		Input json.RawMessage `json:"input"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		s.fail(w, badRequest("", "frontend: request body is not a JSON object: %v", err))
-		return
+		return nil, badRequest("", "frontend: request body is not a JSON object: %v", err)
 	}
 	if req.Model == "" {
-		s.fail(w, badRequest("model", "frontend: model is required"))
-		return
+		return nil, badRequest("model", "frontend: model is required")
 	}
 	if len(req.Input) == 0 || string(req.Input) == "null" {
-		s.fail(w, badRequest("input", "frontend: input is required"))
-		return
+		return nil, badRequest("input", "frontend: input is required")
 	}
-	pr := &parsedRequest{body: body, req: openai.CompletionRequest{Model: req.Model}, workers: s.deps.Workers.List()}
+	pr := &parsedRequest{body: body, req: openai.CompletionRequest{Model: req.Model}, workers: s.deps.Workers.List(), noKV: true}
 	if pr.model, aerr = s.resolveModel(pr.workers, req.Model); aerr != nil {
-		s.fail(w, aerr)
-		return
+		return nil, aerr
 	}
 	// The length, for the router's load accounting; no block hashes: an
 	// embedding leaves nothing in the KV cache to route to.
@@ -309,15 +245,7 @@ func (s *Server) handleEmbeddings(w0 http.ResponseWriter, r *http.Request) {
 	for _, t := range texts {
 		pr.tokens = append(pr.tokens, pr.model.tok.Encode(t)...)
 	}
-	reqID := w.Header().Get(headerRequestID)
-	if r.Header.Get(headerRequestID) == reqID {
-		reqID += "." + s.newRequestID()
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
-	defer cancel()
-	if aerr := s.serve(ctx, w, r, endpointEmbeddings, pr, reqID, "", start); aerr != nil {
-		s.fail(w, aerr)
-	}
+	return pr, nil
 }
 
 // handleDetokenize serves POST /detokenize as vLLM does, {"tokens": [...]}

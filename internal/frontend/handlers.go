@@ -105,6 +105,21 @@ func (rt *route) measureTransfer(h http.Header) {
 }
 
 func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
+	return s.handleGenerate(ep, func(w http.ResponseWriter, r *http.Request, _ string) (*parsedRequest, *apiError) {
+		return s.readRequest(w, r, ep)
+	})
+}
+
+// parseFunc reads and validates one request of an endpoint; reqID is the
+// request's id, for answers that carry one of their own.
+type parseFunc func(w http.ResponseWriter, r *http.Request, reqID string) (*parsedRequest, *apiError)
+
+// handleGenerate is every generating endpoint's pipeline: draining,
+// authentication, parse, the tenant's cache salt, load shedding,
+// admission, then routing and forwarding (serve). Errors take the shape of
+// ep's API; a Messages or Responses request is answered through its
+// translator.
+func (s *Server) handleGenerate(ep endpoint, parse parseFunc) http.HandlerFunc {
 	return func(w0 http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		w := &statusWriter{ResponseWriter: w0}
@@ -119,46 +134,26 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			s.m.requests.WithLabelValues(ep.name, strconv.Itoa(code)).Inc()
 			s.m.modelRequests.WithLabelValues(model, strconv.Itoa(code)).Inc()
 		}()
+		fail := func(e *apiError) { s.failAPI(w, ep.name, e) }
 		s.serving.Add(1)
 		defer s.serving.Add(-1)
 		if s.draining.Load() {
 			w.Header().Set("Connection", "close")
-			s.fail(w, &apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, retryAfter: "1", kind: errKindNoWorkers,
+			fail(&apiError{status: http.StatusServiceUnavailable, typ: openai.TypeUnavailable, retryAfter: "1", kind: errKindNoWorkers,
 				msg: "frontend: this frontend is draining (shutting down); send the request to another replica"})
 			return
 		}
 		tenant, ok := s.tenantOf(r)
 		if !ok {
-			s.fail(w, &apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
+			fail(&apiError{status: http.StatusUnauthorized, typ: openai.TypeAuthentication,
 				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
 			return
 		}
 		pin := r.Header.Get(HeaderPinWorker)
 		if pin != "" && !s.adminAuthorized(r) {
-			s.fail(w, &apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
+			fail(&apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
 				msg: "frontend: " + HeaderPinWorker + " needs admin access", kind: errKindUnauthorized})
 			return
-		}
-		pr, aerr := s.readRequest(w, r, ep)
-		if pr != nil {
-			model = pr.model.name
-		}
-		if aerr == nil {
-			aerr = s.applyTenant(pr, tenant)
-		}
-		if aerr != nil {
-			s.fail(w, aerr)
-			return
-		}
-		// Counted once the body is in: a client trickling its body must not
-		// hold a slot (ClientReadTimeout bounds it instead).
-		if max := s.cfg.MaxInflight; max > 0 {
-			if s.active.Add(1) > int64(max) {
-				s.active.Add(-1)
-				s.shed(w, "global", fmt.Sprintf("frontend: %d requests in flight, the --max-inflight limit; retry after the Retry-After delay", max))
-				return
-			}
-			defer s.active.Add(-1)
 		}
 		reqID := w.Header().Get(headerRequestID) // set by Handler before any route runs
 		if r.Header.Get(headerRequestID) == reqID {
@@ -167,13 +162,48 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 			// for correlation and make it unique.
 			reqID += "." + s.newRequestID()
 		}
-		if pin == "" {
+		pr, aerr := parse(w, r, reqID)
+		if pr != nil {
+			model = pr.model.name
+		}
+		if aerr == nil {
+			aerr = s.applyTenant(pr, tenant)
+		}
+		if aerr != nil {
+			fail(aerr)
+			return
+		}
+		if pr.api != nil && pr.req.CacheSalt != "" {
+			// Only the chat translation carries the tenant's salt.
+			pr.api.salted = true
+		}
+		// A debug pin skips admission; previous_response_id's worker is a
+		// route like another.
+		admitted := pin == ""
+		if pr.api != nil && pr.api.prevWorker != "" {
+			if pin != "" && pin != pr.api.prevWorker {
+				fail(badRequest("previous_response_id", "frontend: previous_response_id is stored on worker %s, but %s pins %s", pr.api.prevWorker, HeaderPinWorker, pin))
+				return
+			}
+			pin = pr.api.prevWorker
+		}
+		// Counted once the body is in: a client trickling its body must not
+		// hold a slot (ClientReadTimeout bounds it instead).
+		if max := s.cfg.MaxInflight; max > 0 {
+			if s.active.Add(1) > int64(max) {
+				s.active.Add(-1)
+				fail(s.shedError("global", fmt.Sprintf("frontend: %d requests in flight, the --max-inflight limit; retry after the Retry-After delay", max)))
+				return
+			}
+			defer s.active.Add(-1)
+		}
+		if admitted {
 			tk, aerr := s.admitRequest(r.Context(), w, r, pr, tenant)
 			if aerr != nil {
 				if aerr.kind == errKindClientCanceled {
 					s.m.errors.WithLabelValues(aerr.kind).Inc()
 				} else {
-					s.fail(w, aerr)
+					fail(aerr)
 				}
 				return
 			}
@@ -181,8 +211,16 @@ func (s *Server) handleCompletion(ep endpoint) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
-		if aerr := s.serve(ctx, w, r, ep, pr, reqID, pin, start); aerr != nil {
-			s.fail(w, aerr)
+		var out http.ResponseWriter = w
+		if pr.api != nil {
+			out = pr.api.tr
+		}
+		if aerr := s.serve(ctx, out, r, ep, pr, reqID, pin, start); aerr != nil {
+			fail(aerr)
+			return
+		}
+		if pr.api != nil {
+			pr.api.finish(s)
 		}
 	}
 }
@@ -462,8 +500,7 @@ func (s *Server) plan(ctx context.Context, pr *parsedRequest, reqID string, all,
 	}
 	// In mode never the gate is still asked: it answers local (mode_never)
 	// with its predictions, so every decode response explains itself.
-	// A request without block hashes (an embedding) leaves no KV to move.
-	if rt.target.Role != RoleDecode || s.deps.Gate == nil || pr.hashes == nil {
+	if rt.target.Role != RoleDecode || s.deps.Gate == nil || pr.noKV {
 		return rt, nil
 	}
 	var prefills []Worker

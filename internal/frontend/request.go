@@ -60,6 +60,7 @@ type parsedRequest struct {
 	workers []Worker
 	model   modelRoute
 	api     *apiRequest // a Messages or Responses request; nil for chat and completions
+	noKV    bool        // an embedding: it leaves no KV to route to or move
 }
 
 // maxTokens is the request's output limit, max_tokens or else

@@ -62,9 +62,12 @@ func TestOpenAIClient(t *testing.T) {
 		Stop       struct {
 			Word, Text, Finish string
 		} `json:"stop"`
-		N       []string `json:"n"`
-		Tools   apiErr   `json:"tools"`
-		BadStop apiErr   `json:"badStop"`
+		N     []string `json:"n"`
+		Tools struct {
+			apiErr
+			Finish, Name, Arguments string
+		} `json:"tools"`
+		BadStop apiErr `json:"badStop"`
 		TooLong struct {
 			apiErr
 			Param string `json:"param"`
@@ -109,10 +112,10 @@ func TestOpenAIClient(t *testing.T) {
 	if len(out.N) != 2 || out.N[0] == out.N[1] {
 		t.Errorf("n=2 gave %q, want two different choices", out.N)
 	}
-	// The simulator takes tools now (it answers a required tool call with
-	// a schema-valid one; here tool_choice is left at auto).
-	if out.Tools.Status != 200 {
-		t.Errorf("tools gave %+v, want 200", out.Tools)
+	var city struct{ City string }
+	if out.Tools.Status != 200 || out.Tools.Finish != "tool_calls" || out.Tools.Name != "get_weather" ||
+		json.Unmarshal([]byte(out.Tools.Arguments), &city) != nil || city.City == "" {
+		t.Errorf("tool_choice required gave %+v, want a get_weather call with a city", out.Tools)
 	}
 	if l := out.TooLong; l.Status != 400 || l.Param != "max_tokens" || !strings.Contains(l.Message, "This model's maximum context length is 40960 tokens. However, you requested") {
 		t.Errorf("max_tokens 1000000 gave %+v, want 400 with vLLM's context-length message and param max_tokens", l)

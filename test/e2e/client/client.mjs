@@ -75,9 +75,10 @@ async function basic() {
   const two = await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4, n: 2 });
   out.n = two.choices.map((c) => c.message.content);
   try {
-    await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4,
-      tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }] });
-    out.tools = { status: 200 };
+    const tc = await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 4, tool_choice: "required",
+      tools: [{ type: "function", function: { name: "get_weather", parameters: { type: "object", required: ["city"], properties: { city: { type: "string" } } } } }] });
+    const call = tc.choices[0].message.tool_calls?.[0];
+    out.tools = { status: 200, finish: tc.choices[0].finish_reason, name: call?.function?.name ?? null, arguments: call?.function?.arguments ?? null };
   } catch (e) { out.tools = { ...errInfo(e), param: e?.param ?? e?.error?.param ?? null }; }
   try {
     await client.chat.completions.create({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 1000000 });
