@@ -55,7 +55,7 @@ for s in "${scenarios[@]}"; do
 	# The figures are the test's own log lines (file:line: text), without
 	# the harness's process output and per-request failure lines.
 	figures=$(grep -E '^ {4}[a-z_]+_test\.go:[0-9]+: ' "$log/$test" |
-		grep -v -E '^ {4}harness_test\.go|failed at [0-9]' |
+		grep -v -E '^ {4}harness_test\.go|failed at [0-9]|nats-server output|output of switchyard' |
 		sed -E 's/^ {4}[a-z_]+_test\.go:[0-9]+: //' | head -n 6 | paste -sd ';' - | sed 's/;/; /g' || true)
 	rows+=("$name|$result|${figures:-—} (${took} s)")
 	if [[ $result == FAIL ]]; then
