@@ -36,7 +36,7 @@ func (s *Server) handlePutRouter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.deps.Router.SetPolicy(in.Policy); err != nil {
-		s.fail(w, badRequest("policy", "frontend: set policy %q: %v (known: %s)", in.Policy, err, strings.Join(s.deps.Router.Policies(), ", ")))
+		s.fail(w, badRequest("policy", "frontend: unknown policy %q: want one of %s", in.Policy, strings.Join(s.deps.Router.Policies(), ", ")))
 		return
 	}
 	s.log.Info("routing policy changed", "policy", in.Policy)

@@ -24,6 +24,8 @@ func TestAdminRouterPolicy(t *testing.T) {
 	resp, body = h.do(t, "PUT", "/admin/router", `{"policy":"astrology"}`)
 	if e := decodeError(t, body); resp.StatusCode != 400 || !strings.Contains(e.Message, "astrology") {
 		t.Errorf("PUT unknown = %d %+v", resp.StatusCode, e)
+	} else if n := strings.Count(e.Message, "round-robin"); n != 1 {
+		t.Errorf("PUT unknown: %q lists the policies %d times, want once", e.Message, n)
 	}
 }
 

@@ -20,6 +20,17 @@ import (
 
 const chatStreamBody = `{"model":"qwen3-0.6b","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say something about switchyards and trains, at some length please."}],"stream":true,"stream_options":{"include_usage":true},"cache_salt":"tenant-a","max_tokens":8}`
 
+// TestOverlapTiersWhenNoOverlap: a request with nothing cached says so in
+// every tier, rather than leaving the header out.
+func TestOverlapTiersWhenNoOverlap(t *testing.T) {
+	a := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated))
+	resp, body := h.do(t, "POST", "/v1/chat/completions", chatStreamBody)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderOverlapTiers) != "gpu=0,cpu=0,disk=0" {
+		t.Errorf("status %d, %s = %q, want gpu=0,cpu=0,disk=0 (%s)", resp.StatusCode, HeaderOverlapTiers, resp.Header.Get(HeaderOverlapTiers), body)
+	}
+}
+
 func TestChatStreamRelaysBytesHeadersAndUsage(t *testing.T) {
 	a, b := newFakeWorker(t, "w-a"), newFakeWorker(t, "w-b")
 	h := newHarness(t, Config{}, Deps{}, a.worker(RoleAggregated), b.worker(RoleAggregated))

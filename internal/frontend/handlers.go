@@ -587,7 +587,9 @@ func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
 		src = "approx"
 	}
 	h.Set(HeaderOverlapSource, src)
-	if t := rt.tiers; t != [3]int{} {
+	// All-zero tiers with an overlap come from a router that does not know
+	// tiers; with none, zero in every tier is the answer, and is sent.
+	if t := rt.tiers; t != [3]int{} || rt.overlap == 0 {
 		h.Set(HeaderOverlapTiers, fmt.Sprintf("gpu=%d,cpu=%d,disk=%d", t[0]*bs, t[1]*bs, t[2]*bs))
 	}
 	h.Set(HeaderPolicy, rt.policy)

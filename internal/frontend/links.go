@@ -185,12 +185,23 @@ func (s *Server) handleGetDisagg(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handlePutDisagg(w http.ResponseWriter, r *http.Request) {
-	var in struct {
-		Mode string `json:"mode"`
-	}
+	// The body GET answers is accepted back: the gate's settings may be
+	// sent as they are, and a change to them is refused by name, since
+	// only the mode switches at run time.
+	var in disaggState
 	if err := decodeAdmin(w, r, &in); err != nil {
 		s.fail(w, badRequest("", "frontend: PUT /admin/disagg wants {\"mode\": \"never|always|auto\"}: %v", err))
 		return
+	}
+	cur := s.disaggState()
+	for _, f := range []struct {
+		name, flag string
+		got, have  *float64
+	}{{"margin", "--disagg-margin", in.Margin, cur.Margin}, {"ttft_slo_ms", "--ttft-slo", in.TTFTSLOMs, cur.TTFTSLOMs}, {"itl_slo_ms", "--itl-slo", in.ITLSLOMs, cur.ITLSLOMs}} {
+		if f.got != nil && (f.have == nil || *f.got != *f.have) {
+			s.fail(w, badRequest(f.name, "frontend: PUT /admin/disagg switches the mode only; %s is set by the frontend's %s at start", f.name, f.flag))
+			return
+		}
 	}
 	if err := s.SetDisaggMode(in.Mode); err != nil {
 		s.fail(w, badRequest("mode", "%v", err))

@@ -251,6 +251,16 @@ func TestAdminDisaggModeSwitch(t *testing.T) {
 		t.Errorf("auto: headers %v", resp.Header)
 	}
 
+	// GET's body goes back through PUT unchanged; a changed gate setting is
+	// refused by name.
+	resp, body = h.do(t, "PUT", "/admin/disagg", `{"mode":"auto","margin":0.1,"ttft_slo_ms":2000,"itl_slo_ms":100}`)
+	if resp.StatusCode != 200 {
+		t.Errorf("PUT of GET's body = %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.do(t, "PUT", "/admin/disagg", `{"mode":"auto","margin":0.3}`)
+	if e := decodeError(t, body); resp.StatusCode != 400 || !strings.Contains(e.Message, "--disagg-margin") {
+		t.Errorf("PUT with a new margin = %d %+v; want 400 naming --disagg-margin", resp.StatusCode, e)
+	}
 	resp, body = h.do(t, "PUT", "/admin/disagg", `{"mode":"never"}`)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"mode":"never"`) {
 		t.Errorf("PUT never = %d %s", resp.StatusCode, body)
