@@ -44,7 +44,7 @@ func (c *Client) appendTextBody(dst []byte, prompt []uint32, maxTokens int) []by
 	}
 	q, _ := json.Marshal(text)
 	dst = append(dst, `{"model":`...)
-	dst = append(dst, c.model...)
+	dst = append(dst, c.modelJSON()...)
 	switch c.api {
 	case APIResponses:
 		dst = append(dst, `,"input":`...)

@@ -103,7 +103,8 @@ type Client struct {
 	timeout  time.Duration
 	hc       *http.Client
 	tr       *http.Transport
-	model    []byte // JSON-encoded model name
+	model    []byte    // JSON-encoded model name
+	mix      *modelMix // several models: each request draws one; nil: model
 	bufs     sync.Pool
 	api      string
 }
@@ -133,9 +134,24 @@ func NewClient(cfg ClientConfig) *Client {
 // Close drops idle connections.
 func (c *Client) Close() { c.tr.CloseIdleConnections() }
 
-// SetModel sets the model name sent with every completion. Call it before
-// the first Complete.
-func (c *Client) SetModel(m string) { c.model, _ = json.Marshal(m) }
+// SetModel sets the model name sent with every completion, or a mix of
+// models ("a:0.7,b:0.3", see ParseModelMix) each request draws from. Call
+// it before the first Complete.
+func (c *Client) SetModel(m string) {
+	c.model, _ = json.Marshal(m)
+	c.mix = nil
+	if names, weights, ok := ParseModelMix(m); ok {
+		c.mix = newModelMix(names, weights)
+	}
+}
+
+// modelJSON is the JSON-encoded model of the next request.
+func (c *Client) modelJSON() []byte {
+	if c.mix != nil {
+		return c.mix.next()
+	}
+	return c.model
+}
 
 type reqBuf struct {
 	body   []byte
@@ -146,7 +162,7 @@ type reqBuf struct {
 // 100k token IDs and encoding/json would reflect over every one.
 func (c *Client) appendBody(dst []byte, prompt []uint32, maxTokens int) []byte {
 	dst = append(dst, `{"model":`...)
-	dst = append(dst, c.model...)
+	dst = append(dst, c.modelJSON()...)
 	dst = append(dst, `,"prompt":[`...)
 	for i, t := range prompt {
 		if i > 0 {

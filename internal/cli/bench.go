@@ -55,7 +55,7 @@ func parseBenchCmd(args []string, env Env) (cfg bench.Config, jsonPath, plotPath
 	fs := all
 	var concurrency, prefixes, warmup optInt
 	all.StringVar(&cfg.URL, "url", cfg.URL, "frontend base URL; several separated by commas spread requests round-robin (a refusing one is skipped)")
-	all.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models)")
+	all.StringVar(&cfg.Model, "model", "", "model name (default: first id of GET /v1/models), or a mix each request draws from: a:0.7,b:0.3")
 	all.StringVar(&cfg.APIKey, "api-key", "", "API key sent as Authorization: Bearer")
 	all.StringVar(&cfg.API, "api", bench.APICompletions, "endpoint to drive: completions (prompts as token IDs), chat, messages (Anthropic) or responses (OpenAI Responses), prompts as text")
 	all.StringVar(&cfg.AdminKey, "admin-key", "", "admin key for /admin/* (default: --api-key)")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -231,5 +232,25 @@ func TestFleetConfig(t *testing.T) {
 	}
 	if len(seen) != 2 {
 		t.Errorf("round-robin sent the same llama prompt to %v, want both llama workers", seen)
+	}
+}
+
+// TestBenchModelMix: bench --model a:0.7,b:0.3 sends each model its share
+// of the requests, as the frontend counts them by model.
+func TestBenchModelMix(t *testing.T) {
+	t.Parallel()
+	url := up(t, "--model", "qwen3-0.6b,llama-3.1-8b", "--gpu", "h100", "--workers", "2", "--speedup", "20")
+	out, err := exec.Command(binary(t), "bench", "routing", "--url", url, "--requests", "100", "--prefixes", "2",
+		"--prefix-tokens", "200", "--model", "qwen3-0.6b:0.7,llama-3.1-8b:0.3").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	q := metric(t, url, `switchyard_model_requests_total{code="200",model="qwen3-0.6b"}`)
+	l := metric(t, url, `switchyard_model_requests_total{code="200",model="llama-3.1-8b"}`)
+	// The draws are equidistributed (TestModelMix): within a few requests
+	// of 70:30 over bench's requests and warm-ups.
+	t.Logf("served %v qwen3-0.6b and %v llama-3.1-8b requests", q, l)
+	if share := q / (q + l); q+l < 100 || share < 0.65 || share > 0.75 {
+		t.Errorf("served %v qwen3-0.6b and %v llama-3.1-8b requests (qwen share %.2f), want about 70:30\n%s", q, l, share, out)
 	}
 }
