@@ -120,3 +120,17 @@ func TestResyncBacksOff(t *testing.T) {
 		t.Errorf("health = state %v, %d resync failures, cause %q; want resyncing, at least 3 failures and a cause that says so", h.State, h.ResyncFailures, h.Cause)
 	}
 }
+
+func TestResyncBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		fails int
+		want  time.Duration
+	}{
+		{0, 0}, {1, 50 * time.Millisecond}, {2, 100 * time.Millisecond}, {5, 800 * time.Millisecond},
+		{10, 25600 * time.Millisecond}, {11, 30 * time.Second}, {1000, 30 * time.Second},
+	} {
+		if got := resyncBackoff(tc.fails); got != tc.want {
+			t.Errorf("resyncBackoff(%d) = %v, want %v", tc.fails, got, tc.want)
+		}
+	}
+}
