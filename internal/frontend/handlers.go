@@ -436,9 +436,17 @@ func (s *Server) unavailableReason(all []Worker, mr *modelRoute) string {
 	if mr != nil {
 		model = mr.name
 	}
+	draining := 0
+	for i := range all {
+		if all[i].Draining {
+			draining++
+		}
+	}
 	switch {
 	case len(all) == 0 && len(refused) == 0:
 		return "no workers registered"
+	case draining > 0 && draining == len(all):
+		return fmt.Sprintf("all %d registered workers are draining (shutting down)", draining)
 	case len(all) == 0:
 		return fmt.Sprintf("all %d registered workers were refused (first: %s: %s)", len(refused), refused[0].ID, refused[0].Reason)
 	case model == "":

@@ -467,3 +467,58 @@ func TestDrainBridge(t *testing.T) {
 	}
 	resp.Body.Close()
 }
+
+// TestDrainFrontend: SIGTERM the frontend while it streams. /health says
+// draining (503), a new request gets 503 with Retry-After, the streams in
+// flight finish, and the frontend exits 0.
+func TestDrainFrontend(t *testing.T) {
+	tenants := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(tenants, []byte(overloadTenants), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fe, m := start(t, readyURL, "up", "--http-addr", "127.0.0.1:0", "--workers", "1", "--tenants", tenants)
+	url := m[1]
+	const streams = 4
+	errs := make(chan error, streams)
+	for k := range streams {
+		go func() {
+			_, err := streamOnce(url, fmt.Sprintf("stream %d: a long answer please", k), 400)
+			errs <- err
+		}()
+	}
+	eventually(t, 20*time.Second, "the streams running", func() bool {
+		var h struct {
+			Workers []struct {
+				InFlight int `json:"inflight"`
+			} `json:"workers"`
+		}
+		getJSON(t, url+"/health", &h)
+		return len(h.Workers) == 1 && h.Workers[0].InFlight == streams
+	})
+	if err := fe.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "/health says draining", func() bool {
+		var h struct {
+			Status string `json:"status"`
+		}
+		return getJSON(t, url+"/health", &h) == http.StatusServiceUnavailable && h.Status == "draining"
+	})
+	resp, _, _ := call(t, url, "sk-beta", "a new request while draining", 4)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("new request while draining: status %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	for range streams {
+		if err := <-errs; err != nil {
+			t.Errorf("stream through the draining frontend: %v", err)
+		}
+	}
+	select {
+	case <-fe.done:
+	case <-time.After(40 * time.Second):
+		t.Fatal("up did not exit after its streams finished")
+	}
+	if code := fe.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("up exited %d after SIGTERM, want 0", code)
+	}
+}
