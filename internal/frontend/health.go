@@ -91,6 +91,7 @@ func (s *Server) Health() Health {
 	if h.Refused == nil {
 		h.Refused = []Refusal{}
 	}
+	var unhealthy []string
 	h.Models = []string{}
 	for i := range workers {
 		if wk := &workers[i]; s.admits(wk) && !slices.Contains(h.Models, wk.Model) {
@@ -101,7 +102,21 @@ func (s *Server) Health() Health {
 	if s.fleet() && len(h.Models) == 1 {
 		h.Model = h.Models[0]
 	}
-	var unhealthy []string
+	if s.fleet() {
+		// A model that was served and has lost every worker degrades the
+		// fleet: its requests get 503 while the others are served.
+		var gone []string
+		s.known.Range(func(_, v any) bool {
+			if mr := v.(modelRoute); mr.adapter == "" && !slices.Contains(gone, mr.base) && len(s.servingWorkers(workers, &mr)) == 0 {
+				gone = append(gone, mr.base)
+			}
+			return true
+		})
+		slices.Sort(gone)
+		for _, m := range gone {
+			unhealthy = append(unhealthy, fmt.Sprintf("model %q has no aggregated or decode worker", m))
+		}
+	}
 	h.Bus = "up"
 	if s.deps.Bus != nil {
 		if b := s.deps.Bus.BusStatus(); b.Down {

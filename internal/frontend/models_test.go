@@ -73,6 +73,11 @@ func TestFleetRoutesByModel(t *testing.T) {
 	if e := decodeError(t, body); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(e.Message, `model "b"`) {
 		t.Errorf("model without workers: %d (Retry-After %q) %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
+	var hl Health
+	_, body = h.do(t, "GET", "/health", "")
+	if err := json.Unmarshal(body, &hl); err != nil || hl.Status != HealthDegraded || !strings.Contains(hl.Reason, `model "b" has no aggregated or decode worker`) {
+		t.Errorf("/health with model b gone: %s %q (%v)", hl.Status, hl.Reason, err)
+	}
 	// Counted by model, the names the workers registered; the client's
 	// unknown name is not a label.
 	for _, c := range []struct {
