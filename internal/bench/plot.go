@@ -242,11 +242,13 @@ func savePlot(p *plot.Plot, leg plot.Legend, path string) error {
 	return nil
 }
 
+// runName labels a run's line: its policy and disaggregation mode, as the
+// table names it.
 func runName(r PolicyRun) string {
-	if r.Policy == "" {
+	if r.Policy == "" && r.DisaggMode == "" {
 		return "as deployed"
 	}
-	return r.Policy
+	return runLabel(r)
 }
 
 func addLine(p *plot.Plot, leg *plot.Legend, i int, name string, xys plotter.XYs) error {

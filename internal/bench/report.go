@@ -42,7 +42,13 @@ func WriteTable(w io.Writer, rep *Report) error {
 		}
 		fmt.Fprintln(tw)
 	}
-	fmt.Fprint(tw, "policy\t")
+	head := "policy"
+	for _, r := range rep.Runs {
+		if r.DisaggMode != "" {
+			head = "run" // a policy and a disaggregation mode
+		}
+	}
+	fmt.Fprint(tw, head+"\t")
 	for _, r := range rep.Runs {
 		fmt.Fprintf(tw, "%s\t", runLabel(r))
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -293,10 +294,20 @@ func TestDisaggCompareModes(t *testing.T) {
 	if err := WriteTable(&out, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"disagg never", "disagg always", "disagg auto", "by prompt size (disagg always)"} {
+	for _, want := range []string{"disagg never", "disagg always", "disagg auto", "by prompt size (", "disagg always)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
+	}
+	// Each run names the policy that served it and its mode: in the
+	// JSON, the table's first column and the plot's legend.
+	for _, r := range rep.Runs {
+		if r.Policy == "" || runName(r) == "as deployed" || !strings.Contains(runName(r), r.DisaggMode) {
+			t.Errorf("run %q/%q: the JSON has no policy or the plot calls it %q", r.Policy, r.DisaggMode, runName(r))
+		}
+	}
+	if !regexp.MustCompile(`(?m)^\s*run\s`).MatchString(out.String()) || regexp.MustCompile(`(?m)^\s*policy\s`).MatchString(out.String()) {
+		t.Errorf("the table's first column should be headed run, not policy:\n%s", out.String())
 	}
 }
 

@@ -231,10 +231,20 @@ func runPlan(ctx context.Context, cfg Config, plan Plan, c *Client, progress *Pr
 			variants = append(variants, variant{pol, m})
 		}
 	}
+	// Comparing modes alone, each run still says which policy served it.
+	deployedPolicy := ""
+	if len(cfg.Policies) == 0 && len(cfg.DisaggModes) > 0 {
+		if st, err := c.Router(ctx); err == nil {
+			deployedPolicy = st.Policy
+		}
+	}
 	b := NewPromptBuilder(cfg.Seed)
 	for _, v := range variants {
 		pol := v.policy
 		run := PolicyRun{Policy: pol, DisaggMode: v.mode}
+		if pol == "" {
+			run.Policy = deployedPolicy
+		}
 		if pol != "" {
 			if err := c.SetPolicy(ctx, pol); err != nil {
 				return rep, err

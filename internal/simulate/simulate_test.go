@@ -227,6 +227,20 @@ func TestRankOrdersByGoodputPerGPU(t *testing.T) {
 	}
 }
 
+// TestRankBreaksTiesOnTTFT: equal goodput on equal GPUs goes to the lower
+// TTFT (disagg=always once ranked first on a tie by its name alone).
+func TestRankBreaksTiesOnTTFT(t *testing.T) {
+	rows := []Row{
+		{Label: "disagg=always", GoodputGPU: 0.5, GPUs: 3, Meets: true, TTFTP50S: 2.8, TTFTP99S: 45},
+		{Label: "disagg=auto", GoodputGPU: 0.5, GPUs: 3, Meets: true, TTFTP50S: 0.023, TTFTP99S: 0.333},
+		{Label: "disagg=never", GoodputGPU: 0.5, GPUs: 3, Meets: true, TTFTP50S: 0.023, TTFTP99S: 0.340},
+	}
+	Rank(rows)
+	if rows[0].Label != "disagg=auto" || rows[1].Label != "disagg=never" || rows[2].Label != "disagg=always" {
+		t.Errorf("ranked %s, %s, %s; want auto, never, always (TTFT p50, then p99)", rows[0].Label, rows[1].Label, rows[2].Label)
+	}
+}
+
 func TestParseDim(t *testing.T) {
 	if d, err := ParseDim("workers=4, 8,16"); err != nil || strings.Join(d.Values, "|") != "4|8|16" {
 		t.Errorf("ParseDim = %+v, %v", d, err)
