@@ -165,8 +165,13 @@ func (s *Server) parseResponses(w http.ResponseWriter, body []byte, reqID string
 		// Only an engine serving the API stores the response: the id is
 		// known from its answer, and its worker from the route headers.
 		api.tr.OnID = func(id string) {
-			if api.native {
-				s.affinity.put(id, w.Header().Get(HeaderWorker))
+			if !api.native {
+				return
+			}
+			wid := w.Header().Get(HeaderWorker)
+			s.affinity.put(id, wid)
+			if s.deps.Responses != nil {
+				s.deps.Responses.StoredResponse(id, wid)
 			}
 		}
 	}
@@ -286,3 +291,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	openai.WriteJSON(w, map[string]string{"prompt": d.Decode(req.Tokens)})
 }
+
+// NoteStoredResponse records that worker stored response id, as a peer
+// frontend reports it: previous_response_id naming it goes there.
+func (s *Server) NoteStoredResponse(id, worker string) { s.affinity.put(id, worker) }

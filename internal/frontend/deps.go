@@ -349,6 +349,12 @@ type BusHealth interface {
 // compute: tokenizer.Model (cl100k or a model's tokenizer.json) fits.
 type Tokenizer = tokenizer.Encoder
 
+// ResponseSharer shares which worker stored a Responses API answer, so a
+// peer frontend can send previous_response_id there too.
+type ResponseSharer interface {
+	StoredResponse(responseID, workerID string)
+}
+
 // Deps are the components the frontend consumes. Workers and Router are
 // required; the rest are optional (nil disables what needs them).
 type Deps struct {
@@ -359,6 +365,9 @@ type Deps struct {
 	Gate      Gate
 	Index     Index
 	Tokenizer Tokenizer // nil: the process-wide cl100k tokenizer
+	// Responses, if set, is told of every response a worker stored, for
+	// peer frontends (see Server.NoteStoredResponse).
+	Responses ResponseSharer
 	// ModelTokenizer, when set, gives a model's own tokenizer, by the
 	// workers' Model; nil from it means Tokenizer.
 	ModelTokenizer func(model string) Tokenizer

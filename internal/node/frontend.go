@@ -385,6 +385,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		Workers: a, Router: a, InFlight: sharedInFlight{f.router, f.share, newExpectations(f.consumer)}, Events: a, Gate: a, Index: a,
 		Links: a, Prober: a, GateInfo: a, Predictor: a, Bus: a, Cluster: a,
 		Tokenizer: cfg.Tokenizer, ModelTokenizer: modelTok, Peers: &f.peerLoad, Queue: a,
+		Responses: f.share,
 	})
 	if err != nil {
 		return nil, err

@@ -197,6 +197,12 @@ func (a peerApplier) RecordApprox(worker string, hashes []uint64, at time.Time) 
 	}
 }
 
+func (a peerApplier) StoredResponse(id, worker string) {
+	if srv := a.f.live.Load(); srv != nil {
+		srv.NoteStoredResponse(id, worker)
+	}
+}
+
 func (a peerApplier) Link(l replica.Link) {
 	if !a.known(l.From) || !a.known(l.To) {
 		return

@@ -55,6 +55,8 @@ type Applier interface {
 	RecordApprox(worker string, hashes []uint64, at time.Time)
 	Link(l Link)
 	Settings(s Settings)
+	// StoredResponse: a peer's client got response id, stored on worker.
+	StoredResponse(id, worker string)
 }
 
 // Config configures a Sharer.
@@ -129,6 +131,7 @@ type Sharer struct {
 	pendApprox   map[uint64]approxRec
 	shared       map[uint64]approxRec
 	pendLinks    []Link
+	pendResps    []idMsg
 	settings     Settings
 	pendSettings bool // tell the peers the entry changed
 	pendPut      bool // settings changed here and not stored yet
@@ -307,6 +310,27 @@ func (s *Sharer) Probed(l Link) {
 	s.poke()
 }
 
+// StoredResponse shares that worker stored response id (Responses API),
+// so that a request continuing it through a peer goes there too. Peers
+// that start later do not learn it: a stored response outlives no
+// frontend restart either.
+func (s *Sharer) StoredResponse(id, worker string) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	if len(s.pendResps) < maxPendingResponses {
+		s.pendResps = append(s.pendResps, idMsg{ID: id, Worker: worker})
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+// maxPendingResponses bounds the response ids waiting for one flush (a
+// flush is due within FlushEvery; this is far more than a frontend
+// answers in that time).
+const maxPendingResponses = 4096
+
 // SetSettings shares settings an operator changed on this replica and
 // returns them as stamped.
 func (s *Sharer) SetSettings(policy, disagg string) Settings {
@@ -451,6 +475,8 @@ func (s *Sharer) flush(full bool) {
 	}
 	base.Links = s.pendLinks
 	s.pendLinks = nil
+	base.Responses = s.pendResps
+	s.pendResps = nil
 	if s.pendSettings || hello && s.settings.Version > 0 {
 		st := s.settings
 		base.Settings = &st
@@ -480,7 +506,7 @@ func (s *Sharer) flush(full bool) {
 			base.Links = append(base.Links, l)
 		}
 	}
-	if len(base.First)+len(base.Finished)+len(base.Links) > 0 || base.Settings != nil {
+	if len(base.First)+len(base.Finished)+len(base.Links)+len(base.Responses) > 0 || base.Settings != nil {
 		// In-flight changes go after the starts they refer to.
 		msgs = append(msgs, &base)
 	}
@@ -713,6 +739,11 @@ func (s *Sharer) receive(nm *nats.Msg) {
 	for _, l := range m.Links {
 		if l.From != "" && l.To != "" && l.BytesPerSec > 0 {
 			s.cfg.Apply.Link(l)
+		}
+	}
+	for _, r := range m.Responses {
+		if r.ID != "" && r.Worker != "" {
+			s.cfg.Apply.StoredResponse(r.ID, r.Worker)
 		}
 	}
 	if m.Settings != nil {

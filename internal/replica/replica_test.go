@@ -26,11 +26,12 @@ type fakeApplier struct {
 	approx   map[uint64]string
 	links    []Link
 	settings []Settings
+	stored   map[string]string // response id → worker
 }
 
 func newFake() *fakeApplier {
 	return &fakeApplier{inflight: map[string]string{}, onWorker: map[string]int{}, decoding: map[string]bool{}, finished: map[string]bool{},
-		dropped: map[string]bool{}, approx: map[uint64]string{}}
+		dropped: map[string]bool{}, approx: map[uint64]string{}, stored: map[string]string{}}
 }
 
 func (f *fakeApplier) Started(w, id string, prefill, _ int) {
@@ -69,6 +70,11 @@ func (f *fakeApplier) Link(l Link) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.links = append(f.links, l)
+}
+func (f *fakeApplier) StoredResponse(id, w string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stored[id] = w
 }
 func (f *fakeApplier) Settings(s Settings) {
 	f.mu.Lock()
@@ -382,5 +388,22 @@ func TestOneRequestOnTwoWorkers(t *testing.T) {
 	})
 	if !b.f.check(func(f *fakeApplier) bool { n, ok := f.onWorker["d1 fe-a/r1"]; return ok && n == 4 }) {
 		t.Error("a full set lost r1's entry on d1")
+	}
+}
+
+// TestStoredResponsesShared: a response one replica saw stored reaches
+// every peer, with its worker, and not the replica itself.
+func TestStoredResponsesShared(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, StoreDir: t.TempDir()})
+	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", nil)
+	b := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-b", nil)
+	waitFor(t, "the peers see each other", func() bool { return len(a.s.Status().Peers) == 1 && len(b.s.Status().Peers) == 1 })
+	a.s.StoredResponse("resp_1", "w1")
+	a.s.StoredResponse("resp_2", "w2")
+	waitFor(t, "b learns both responses", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { return f.stored["resp_1"] == "w1" && f.stored["resp_2"] == "w2" })
+	})
+	if a.f.check(func(f *fakeApplier) bool { return len(f.stored) > 0 }) {
+		t.Errorf("a replica applied its own stored responses")
 	}
 }

@@ -19,6 +19,9 @@ type message struct {
 	Finished []idMsg     `json:"finished,omitempty"`
 	Approx   []approxMsg `json:"approx,omitempty"`
 	Links    []Link      `json:"links,omitempty"`
+	// Responses are stored responses' ids and the workers holding them,
+	// for previous_response_id.
+	Responses []idMsg `json:"responses,omitempty"`
 	Settings *Settings   `json:"settings,omitempty"`
 }
 

@@ -4,9 +4,12 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 type apiRoute struct {
@@ -191,5 +194,75 @@ func TestAPIClients(t *testing.T) {
 		if out.Bad.Status != 400 || json.Unmarshal(out.Bad.Body, &e) != nil || e.Type != "error" || e.Error.Type != "invalid_request_error" || e.Error.Message == "" {
 			t.Errorf("max_tokens 0: %d %s, want a 400 in Anthropic's error shape", out.Bad.Status, out.Bad.Body)
 		}
+	})
+}
+
+// TestPreviousResponseAcrossReplicas: a response stored through one
+// frontend is continued through its peer on the worker that stored it,
+// whichever worker the peer's router would pick; once that worker is
+// gone, the continuation is a 400 naming it.
+func TestPreviousResponseAcrossReplicas(t *testing.T) {
+	login := newNATSLogin(t)
+	_, fe1, natsURL := startFrontend(t, login, "")
+	_, fe2, _ := startFrontend(t, login, natsURL, "--replica-id", "fe-2")
+	workers := map[string]*proc{}
+	for _, id := range []string{"w1", "w2"} {
+		p, _ := start(t, readyURL, append([]string{"worker", "--nats", natsURL, "--registry-ttl", "2s", "--id", id,
+			"--http-addr", "127.0.0.1:0", "--kv-blocks", "600", "--speedup", "50", "--log-level", "warn"},
+			login.workerArgs(t, id)...)...)
+		workers[id] = p
+	}
+	for _, u := range []string{fe1, fe2} {
+		eventually(t, 15*time.Second, "both frontends see both workers", func() bool {
+			var h struct {
+				Workers []any `json:"workers"`
+			}
+			getJSON(t, u+"/health", &h)
+			return len(h.Workers) == 2
+		})
+	}
+	eventually(t, 5*time.Second, "the frontends see each other", func() bool {
+		var c struct {
+			Replicas struct {
+				Peers []struct{ ID string } `json:"peers"`
+			} `json:"replicas"`
+		}
+		getJSON(t, fe1+"/admin/cluster", &c)
+		return len(c.Replicas.Peers) == 1
+	})
+	post := func(url, body string) (int, http.Header, []byte) {
+		t.Helper()
+		resp, err := http.Post(url+"/v1/responses", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	code, h, b := post(fe1, `{"model":"qwen3-0.6b","max_output_tokens":4,"input":"remember car 7"}`)
+	var first struct{ ID string }
+	if code != 200 || json.Unmarshal(b, &first) != nil || first.ID == "" {
+		t.Fatalf("first response: %d %s", code, b)
+	}
+	stored := h.Get("x-switchyard-worker")
+	next := `{"model":"qwen3-0.6b","max_output_tokens":4,"previous_response_id":"` + first.ID + `","input":"which car?"}`
+	// Several continuations through the peer: each must go to the storing
+	// worker, though with two idle workers a router would spread them.
+	for i := 0; i < 4; i++ {
+		var code int
+		var h http.Header
+		eventually(t, 5*time.Second, "the peer learns the stored response", func() bool {
+			code, h, b = post(fe2, next)
+			return code != 400
+		})
+		if code != 200 || h.Get("x-switchyard-worker") != stored || h.Get("x-switchyard-policy") != "previous_response" {
+			t.Fatalf("continuation %d through the peer: %d on %q (policy %q), want 200 on %s: %s", i, code, h.Get("x-switchyard-worker"), h.Get("x-switchyard-policy"), stored, b)
+		}
+	}
+	workers[stored].kill()
+	eventually(t, 15*time.Second, "the continuation says the storing worker is gone", func() bool {
+		code, _, b = post(fe2, next)
+		return code == 400 && strings.Contains(string(b), stored+", which is gone")
 	})
 }
