@@ -21,8 +21,8 @@ type message struct {
 	Links    []Link      `json:"links,omitempty"`
 	// Responses are stored responses' ids and the workers holding them,
 	// for previous_response_id.
-	Responses []idMsg `json:"responses,omitempty"`
-	Settings *Settings   `json:"settings,omitempty"`
+	Responses []idMsg   `json:"responses,omitempty"`
+	Settings  *Settings `json:"settings,omitempty"`
 }
 
 type fullPart struct {
