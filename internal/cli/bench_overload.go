@@ -17,7 +17,7 @@ func runBenchOverload(ctx context.Context, args []string, env Env) int {
 	fs := flag.NewFlagSet("bench overload", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
 	var cfg bench.OverloadConfig
-	var mix, keys, jsonPath string
+	var mix, keys, jsonPath, plotPath string
 	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8000", "frontend base URL")
 	fs.StringVar(&cfg.Model, "model", "qwen3-0.6b", "model name")
 	fs.StringVar(&mix, "mix", bench.DefaultOverloadMix, "closed-loop streams as tenant:priority:streams,...")
@@ -29,6 +29,7 @@ func runBenchOverload(ctx context.Context, args []string, env Env) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", 2*time.Minute, "per-request timeout")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the prompts")
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout instead of the table)")
+	fs.StringVar(&plotPath, "plot", "", "also write bar charts of each class's outcomes (PNG) and, with -ttft before .png, their TTFT")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -48,6 +49,14 @@ func runBenchOverload(ctx context.Context, args []string, env Env) int {
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
 		return ExitFail
+	}
+	if plotPath != "" {
+		if err := bench.WriteOverloadPlots(plotPath, rep); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard bench overload: --plot: %v\n", err)
+			return ExitFail
+		}
+		a, b := bench.OverloadPlotPaths(plotPath)
+		fmt.Fprintf(env.Stderr, "bench: wrote %s and %s\n", a, b)
 	}
 	if jsonPath == "-" {
 		if err := bench.WriteOverloadJSON(env.Stdout, rep); err != nil {
