@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +89,11 @@ type AgreementStatus struct {
 	Blind           uint64 `json:"blind"` // the engine served cached tokens the index did not predict
 	Stale           uint64 `json:"stale"` // the index predicted blocks the engine did not serve
 	// Trips counts the times the worker became inconsistent.
-	Trips       uint64 `json:"trips"`
+	Trips uint64 `json:"trips"`
+	// Unreported counts answers whose usage had no cached_tokens: the
+	// engine does not say what it served (vLLM needs
+	// --enable-prompt-tokens-details), so they are not judged.
+	Unreported  uint64 `json:"unreported"`
 	Window      int    `json:"window"`
 	WindowBlind int    `json:"window_blind"`
 	WindowStale int    `json:"window_stale"`
@@ -107,6 +112,8 @@ type agreeSample struct {
 
 // agreement is one worker's window. The zero value is an empty window.
 type agreement struct {
+	unreported atomic.Uint64
+
 	mu   sync.Mutex // guards everything below
 	ring [agreeWindow]agreeSample
 	head int // oldest sample
@@ -264,6 +271,7 @@ func (a *agreement) status() AgreementStatus {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.total
+	st.Unreported = a.unreported.Load()
 	st.Window, st.WindowBlind, st.WindowStale = a.n, a.blind, a.stale
 	st.Agreement = a.shareLocked()
 	st.Inconsistent, st.Cause = a.inconsistent, a.cause
@@ -294,7 +302,9 @@ type agreeInput struct {
 func (s *Server) agree(in agreeInput) {
 	u := in.usage
 	if u == nil || u.PromptTokensDetails == nil {
-		return // the engine does not say what it served from cache
+		// The engine does not say what it served from cache.
+		s.workerState(in.worker).agree.unreported.Add(1)
+		return
 	}
 	bs := in.blockSize
 	if bs <= 0 {

@@ -198,6 +198,18 @@ func TestAgreementToleratesNoise(t *testing.T) {
 	}
 }
 
+// TestUnreportedCachedTokens: answers without cached_tokens are counted,
+// not judged.
+func TestUnreportedCachedTokens(t *testing.T) {
+	w := newFakeWorker(t, "w-a")
+	h := newHarness(t, Config{}, Deps{Index: fakeIndex{}}, w.worker(RoleAggregated))
+	h.s.agree(agreeInput{worker: "w-a", predicted: 4, usage: &openai.Usage{PromptTokens: 100}})
+	h.s.agree(agreeInput{worker: "w-a", predicted: 4})
+	if ag := h.s.Health().Workers[0].Agreement; ag.Unreported != 2 || ag.Requests != 0 {
+		t.Errorf("agreement %+v, want 2 unreported, none judged", ag)
+	}
+}
+
 // TestBlindRaceExcused: a response whose cached blocks the index shows once
 // it is in (they were being computed when the router looked) is no
 // disagreement.

@@ -576,7 +576,7 @@ func (d *Decision) indexOverlap() int {
 // prefill counts the KV it pulled as cached, which no index predicts, so
 // it is not judged.
 func (s *Server) agreeOn(rt *route, pr *parsedRequest, u *openai.Usage) {
-	if u == nil || rt.gated && rt.gate.Remote {
+	if rt.gated && rt.gate.Remote {
 		return
 	}
 	gpu := -1 // unknown: the tiers are the approximate index's, or not known

@@ -267,9 +267,12 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	err = s.relayStream(w, fl, br, idle, &st)
 	if st.hasUsage {
 		s.countUsage(&st.usage)
-		if err == nil {
-			s.agreeOn(rt, pr, &st.usage)
-		}
+	}
+	switch {
+	case err == nil && st.hasUsage:
+		s.agreeOn(rt, pr, &st.usage)
+	case err == nil && !st.sawError:
+		s.agreeOn(rt, pr, nil) // a whole stream without usage: unreported
 	}
 	if st.sawError {
 		s.m.errors.WithLabelValues(errKindUpstreamStream).Inc()

@@ -81,6 +81,9 @@ func (r *runner) checkAgreement(ctx context.Context) Check {
 			p.Status = Fail
 			why = append(why, fmt.Sprintf("index stale on %d of %d repeated-prefix chats: the index predicted %d cached tokens where the engine served %d; likely cause: block removals do not reach the index (events dropped or removals skipped), or the worker's block size differs from the frontend's",
 				p.Stale, p.Requests, p.PredictedTokens, p.CachedTokens))
+		case p.Unreported > 0 && p.Requests == 0:
+			p.Status = Warn
+			why = append(why, "the engine's usage carries no prompt_tokens_details.cached_tokens, so what it served from cache cannot be compared with the index (vLLM: --enable-prompt-tokens-details)")
 		case p.Requests == 0:
 			p.Status = Warn
 			why = append(why, "neither the index nor the engine reported a cached prefix on repeated chats: is prefix caching on? (see the prefix-cache check)")
@@ -140,6 +143,10 @@ func (r *runner) agreementProbe(ctx context.Context, i int, w Worker) AgreementP
 		if resp.Overlap < 0 {
 			p.Error = "the frontend sent no x-switchyard-overlap-tokens header: it cannot say what its index predicted"
 			return p
+		}
+		if !resp.HasCached {
+			p.Unreported++
+			continue
 		}
 		if resp.Overlap == 0 && resp.CachedTokens == 0 {
 			continue

@@ -45,6 +45,15 @@ func TestAgreementCheck(t *testing.T) {
 			t.Errorf("status %s, problems %q", c.Status, c.Problems)
 		}
 	})
+	t.Run("an engine without cached_tokens is not judged", func(t *testing.T) {
+		f := preflighttest.New(t, preflighttest.Config{Workers: []preflighttest.Worker{{ID: "w1", NoCachedTokens: true}}})
+		rep, _ := run(t, testConfig(f.URL))
+		c := check(t, rep, CheckAgreement)
+		if c.Status != Warn || len(c.Agreement) != 1 || c.Agreement[0].Unreported != agreementRequests || c.Agreement[0].Requests != 0 ||
+			!strings.Contains(strings.Join(c.Problems, "\n"), "--enable-prompt-tokens-details") {
+			t.Errorf("status %s, probes %+v, problems %q", c.Status, c.Agreement, c.Problems)
+		}
+	})
 	t.Run("an engine that serves nothing it stored is stale", func(t *testing.T) {
 		f := preflighttest.New(t, preflighttest.Config{Workers: []preflighttest.Worker{{ID: "w1", NoCache: true}, {ID: "w2"}}})
 		rep, _ := run(t, testConfig(f.URL))

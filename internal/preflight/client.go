@@ -338,6 +338,7 @@ type probe struct {
 	Policy       string // x-switchyard-policy
 	Overlap      int    // x-switchyard-overlap-tokens, -1 if absent
 	HasUsage     bool
+	HasCached    bool            // the usage had prompt_tokens_details.cached_tokens
 	KVTiers      *openai.KVTiers // usage's cached tokens by KV tier, from a worker with lower tiers
 }
 
@@ -432,6 +433,7 @@ func (c *client) stream(ctx context.Context, path string, fields map[string]any,
 		if u := chunk.Usage; u != nil {
 			p.HasUsage, p.PromptTokens = true, u.PromptTokens
 			if u.PromptTokensDetails != nil {
+				p.HasCached = true
 				p.CachedTokens, p.KVTiers = u.PromptTokensDetails.CachedTokens, u.PromptTokensDetails.KVTiers
 			}
 		}

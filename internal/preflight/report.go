@@ -135,6 +135,8 @@ type AgreementProbe struct {
 	CachedTokens    int    `json:"engine_cached_tokens"` // cached tokens the engine reported, summed
 	Blind           int    `json:"blind"`                // the engine served a block or more the index did not predict
 	Stale           int    `json:"stale"`                // the index predicted a block or more the engine did not serve
+	// Unreported is the chats whose usage had no cached_tokens: not judged.
+	Unreported int `json:"unreported"`
 	// FrontendState is the frontend's own running judgement from /health:
 	// consistent or inconsistent (with FrontendCause); empty when the
 	// frontend does not judge agreement.

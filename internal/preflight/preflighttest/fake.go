@@ -42,6 +42,9 @@ type Worker struct {
 	// while still reporting stored blocks, like an engine with prefix
 	// caching switched off but events on.
 	NoCache bool
+	// NoCachedTokens leaves prompt_tokens_details out of the worker's
+	// usage, as vLLM does without --enable-prompt-tokens-details.
+	NoCachedTokens bool
 	// HostTier makes the worker report every cached token as loaded from
 	// host memory (usage.prompt_tokens_details.switchyard_kv_tiers), as an
 	// engine whose GPU evicted the prefix to its CPU tier would.
@@ -428,6 +431,9 @@ func (f *Frontend) serve(w http.ResponseWriter, r *http.Request, req *openai.Com
 			kvb = 114688
 		}
 		details.KVTiers = &openai.KVTiers{CPUTokens: cached, CPULoadedBytes: int64(cached) * kvb}
+	}
+	if x.NoCachedTokens && r.URL.Path == "/v1/chat/completions" {
+		details = nil // token-id probes keep theirs: the other checks need them
 	}
 	_ = sw.Event(map[string]any{"object": "text_completion", "model": f.cfg.Model, "choices": []any{},
 		"usage": openai.Usage{PromptTokens: len(wtoks), CompletionTokens: n, TotalTokens: len(wtoks) + n,
