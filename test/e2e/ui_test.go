@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -247,6 +248,13 @@ func TestDashboard(t *testing.T) {
 			b.evalInt(`document.getElementById("chart-hit").dataset.samples`) >= 1 &&
 			b.evalInt(`document.querySelectorAll("#chart-ttft circle").length`) >= 1
 	})
+	// Axis ticks are evenly spaced at 1, 2 or 5 × 10^k.
+	for _, id := range []string{"chart-req", "chart-ttft", "chart-hit"} {
+		labels := b.evalString(`Array.from(document.querySelectorAll("#` + id + ` text.tick")).map(t => t.textContent).join("|")`)
+		if err := evenTicks(strings.Split(labels, "|")); err != nil {
+			t.Errorf("%s ticks %q: %v", id, labels, err)
+		}
+	}
 	// Every worker's row has its index agreement cell: "–" until a response
 	// on it is judged, then the agreeing share of its window.
 	if cells := b.evalString(`Array.from(document.querySelectorAll("#workers td.agreement")).map(td => td.textContent).join("|")`); strings.Count(cells, "|") != 3 ||
@@ -311,4 +319,34 @@ func TestDashboard(t *testing.T) {
 		}
 		t.Logf("screenshot: %s", path)
 	}
+}
+
+// evenTicks checks axis labels: at least two, starting at 0, each one step
+// above the last, the step 1, 2 or 5 times a power of ten.
+func evenTicks(labels []string) error {
+	if len(labels) < 2 {
+		return fmt.Errorf("%d ticks, want at least 2", len(labels))
+	}
+	var vs []float64
+	for _, l := range labels {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(l, "%"), 64)
+		if err != nil {
+			return fmt.Errorf("tick %q is not a number", l)
+		}
+		vs = append(vs, v)
+	}
+	step := vs[1] - vs[0]
+	if vs[0] != 0 || !(step > 0) {
+		return fmt.Errorf("ticks start at %v with step %v, want 0 and a positive step", vs[0], step)
+	}
+	for i := 2; i < len(vs); i++ {
+		if d := vs[i] - vs[i-1]; math.Abs(d-step) > 1e-9*math.Max(1, step) {
+			return fmt.Errorf("uneven step %v after %v", d, step)
+		}
+	}
+	p := math.Pow(10, math.Floor(math.Log10(step)+1e-9))
+	if f := step / p; math.Abs(f-1) > 1e-6 && math.Abs(f-2) > 1e-6 && math.Abs(f-5) > 1e-6 {
+		return fmt.Errorf("step %v is not 1, 2 or 5 × 10^k", step)
+	}
+	return nil
 }
