@@ -407,3 +407,33 @@ func TestEmbeddings(t *testing.T) {
 		t.Errorf("detokenize: %d %s", resp.StatusCode, db)
 	}
 }
+
+// TestStopSequence: a Messages request ended by one of its stop sequences
+// says so (stop_reason stop_sequence, with the sequence), streamed or not,
+// natively and translated: the engine reports which stop matched.
+func TestStopSequence(t *testing.T) {
+	for _, native := range []bool{true, false} {
+		w := newSimWorker(t)
+		wk := w.worker("w-chat")
+		if native {
+			wk = w.worker("w-native", APIMessages)
+		}
+		h := newHarness(t, Config{}, Deps{}, wk)
+		const req = `{"model":"qwen3-0.6b","max_tokens":12,"messages":[{"role":"user","content":"tell me about the yard"}]`
+		_, b := h.do(t, "POST", "/v1/messages", req+`}`)
+		var m struct {
+			Content []struct{ Text string } `json:"content"`
+		}
+		if err := json.Unmarshal(b, &m); err != nil || len(m.Content) != 1 {
+			t.Fatalf("%s", b)
+		}
+		words := strings.Fields(m.Content[0].Text)
+		stop := words[len(words)/2]
+		for _, stream := range []string{"", `,"stream":true`} {
+			_, b = h.do(t, "POST", "/v1/messages", req+`,"stop_sequences":["`+stop+`"]`+stream+`}`)
+			if !strings.Contains(string(b), `"stop_reason":"stop_sequence","stop_sequence":"`+stop+`"`) {
+				t.Errorf("native %v, stream %q: stop %q on %q gave\n%s", native, stream, stop, m.Content[0].Text, b)
+			}
+		}
+	}
+}

@@ -269,6 +269,9 @@ type ChatChoice struct {
 	Message      Message `json:"message"`
 	FinishReason *string `json:"finish_reason"`
 	Logprobs     any     `json:"logprobs"`
+	// StopReason is vLLM's: the stop sequence that ended the text; absent
+	// otherwise.
+	StopReason any `json:"stop_reason,omitempty"`
 }
 
 // ChatResponse is a chat.completion object.
@@ -294,6 +297,7 @@ type ChatChunkChoice struct {
 	Delta        Delta   `json:"delta"`
 	FinishReason *string `json:"finish_reason"`
 	Logprobs     any     `json:"logprobs"`
+	StopReason   any     `json:"stop_reason,omitempty"` // as ChatChoice's
 }
 
 // ChatChunk is a chat.completion.chunk.

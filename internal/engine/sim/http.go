@@ -446,7 +446,7 @@ func (w *Worker) generate(rw http.ResponseWriter, r *http.Request, req *openai.C
 		out := make([]openai.ChatChoice, len(choices))
 		for i, c := range choices {
 			out[i] = openai.ChatChoice{Index: i, Message: openai.Message{Role: "assistant", Content: string(c.final())},
-				FinishReason: openai.StringPtr(results[i].FinishReason)}
+				FinishReason: openai.StringPtr(results[i].FinishReason), StopReason: c.stopReason()}
 		}
 		openai.WriteJSON(rw, openai.ChatResponse{
 			ID: "chatcmpl-" + reqID, Object: "chat.completion", Created: created, Model: cmp.Or(req.Model, w.servedName()),
@@ -548,8 +548,12 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, choices []*
 			if role == "" && finish == nil {
 				d.Content = &text
 			}
+			var stop any
+			if finish != nil {
+				stop = choices[index].stopReason()
+			}
 			return sse.Event(openai.ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: cmp.Or(req.Model, w.servedName()),
-				Choices: []openai.ChatChunkChoice{{Index: index, Delta: d, FinishReason: finish}}})
+				Choices: []openai.ChatChunkChoice{{Index: index, Delta: d, FinishReason: finish, StopReason: stop}}})
 		}
 		return sse.Event(struct {
 			ID      string                    `json:"id"`

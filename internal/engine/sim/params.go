@@ -142,10 +142,13 @@ type stopMatcher struct {
 	text   []byte // decoded output
 	fed    int    // output tokens decoded into text
 	cut    int    // where the matched stop begins in text; -1 until one matches
+	// matched is the index in stops of the sequence cut at; -1 until one
+	// matches.
+	matched int
 }
 
 func newStopMatcher(tok interface{ Decode([]uint32) string }, stops []string) *stopMatcher {
-	m := &stopMatcher{tok: tok, cut: -1}
+	m := &stopMatcher{tok: tok, cut: -1, matched: -1}
 	for _, s := range stops {
 		m.stops = append(m.stops, []byte(s))
 		m.maxLen = max(m.maxLen, len(s))
@@ -164,16 +167,25 @@ func (m *stopMatcher) feed(out []uint32) bool {
 	from := len(m.text)
 	m.text = append(m.text, m.tok.Decode(out[len(out)-1:])...)
 	m.fed = len(out)
-	best := -1
-	for _, s := range m.stops {
+	best, which := -1, -1
+	for k, s := range m.stops {
 		start := max(0, from-len(s)+1)
 		if i := bytes.Index(m.text[start:], s); i >= 0 && (best < 0 || start+i < best) {
-			best = start + i
+			best, which = start+i, k
 		}
 	}
 	if best < 0 {
 		return false
 	}
-	m.cut = best
+	m.cut, m.matched = best, which
 	return true
+}
+
+// stopReason is vLLM's stop_reason of a finished choice: the stop
+// sequence that ended its text, or nil.
+func (c *choice) stopReason() any {
+	if c.stop == nil || c.stop.cut < 0 || c.stop.matched < 0 {
+		return nil
+	}
+	return string(c.stop.stops[c.stop.matched])
 }
