@@ -78,12 +78,13 @@ type Controller struct {
 	cfg Config
 	m   *metrics
 
-	mu       sync.Mutex // guards the fields below
-	q        *fairQueue
-	inUse    int
-	byTenant map[string]int     // admitted requests per tenant
-	limiters map[string]*limits // per tenant with a rate limit
-	drain    rateMeter
+	mu        sync.Mutex // guards the fields below
+	q         *fairQueue
+	inUse     int
+	byTenant  map[string]int     // admitted requests per tenant
+	limiters  map[string]*limits // per tenant with a rate limit
+	drain     rateMeter
+	lastCheck time.Time // the last recheck's dispatch
 
 	countMu sync.Mutex        // guards counts; taken with or without mu
 	counts  map[string]uint64 // outcomes, for Stats
@@ -228,9 +229,7 @@ func (c *Controller) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 			}
 			return c.ticket(t.Name, prio, w, rl, "queued"), nil
 		case <-tick.C:
-			c.mu.Lock()
-			c.dispatch()
-			c.mu.Unlock()
+			c.recheck()
 		case <-timeout.C:
 			if tk, err := c.leave(w, t.Name, prio, rl, nil); tk != nil || err != nil {
 				return tk, err
@@ -240,6 +239,18 @@ func (c *Controller) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 				return nil, err
 			}
 		}
+	}
+}
+
+// recheck looks at Capacity again for the queue, at most once per
+// Recheck however many requests wait: every waiter ticks, and a deep
+// queue must not turn into thousands of capacity checks a second.
+func (c *Controller) recheck() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); now.Sub(c.lastCheck) >= c.cfg.Recheck {
+		c.lastCheck = now
+		c.dispatch()
 	}
 }
 
