@@ -7,6 +7,7 @@
 #
 #   make chaos                        # builds bin/switchyard first
 #   scripts/chaos.sh [NAME_REGEX]     # only the scenarios whose test matches
+#   CHAOS_EXTRA='scenario|TestName' scripts/chaos.sh   # add scenarios
 #
 # Needs what the e2e tests need: nats-server on PATH (scripts/test-deps.sh).
 # It is a measurement, not CI: CI runs the same tests in the e2e suite.
@@ -34,6 +35,13 @@ scenarios=(
 	"twelve 3.5M-token prompts (past max_model_len)|TestOversizedPromptsBounded"
 	"bodies an engine would read otherwise, invalid UTF-8|TestBodiesReadTwoWays"
 )
+
+# More scenarios, e.g. another engineer's new fault test, without editing
+# this list: CHAOS_EXTRA='scenario|TestName;scenario|TestName'.
+if [[ -n ${CHAOS_EXTRA:-} ]]; then
+	IFS=';' read -r -a extra <<<"$CHAOS_EXTRA"
+	scenarios+=("${extra[@]}")
+fi
 
 log=$(mktemp -d)
 trap 'rm -rf "$log"' EXIT
