@@ -346,3 +346,69 @@ func TestEmbeddedTLS(t *testing.T) {
 		t.Errorf("an anonymous TLS client connected")
 	}
 }
+
+// TestRegistrarFloodStarvesNoOne: a worker that floods the registrar with
+// requests for its own entry gets a few served at a time and the rest
+// refused, so another worker's refreshes keep going through and it never
+// leaves the registry.
+func TestRegistrarFloodStarvesNoOne(t *testing.T) {
+	subj := Subjects{Namespace: "t"}
+	e := startAuthServer(t, subj)
+	front, err := connectAs(t, e.ClientURL(), UserFrontend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	freg, err := OpenRegistry(ctx, RegistryConfig{NC: front, Subjects: subj, TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log changeLog
+	watch, err := freg.WatchWorkers(ctx, WatchConfig{OnChange: log.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	registrar, err := freg.StartRegistrar()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer registrar.Subscription().Unsubscribe()
+
+	w2 := connectWorker(t, e.ClientURL(), "w2")
+	reg, err := OpenRegistry(ctx, RegistryConfig{NC: w2, Subjects: subj, ViaFrontend: true, WorkerID: "w2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := reg.Register(ctx, testWorker("w2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	eventually(t, 5*time.Second, "w2 registered", func() bool { _, ok := watch.Worker("w2"); return ok })
+
+	w3 := connectWorker(t, e.ClientURL(), "w3")
+	raw, _ := json.Marshal(testWorker("w3"))
+	put, _ := json.Marshal(registrarRequest{Op: opPut, Entry: raw})
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		for fctx.Err() == nil {
+			for range 1000 {
+				w3.PublishRequest(subj.Registrar("w3"), WorkerInboxPrefix("w3")+".flood", put)
+			}
+			w3.Flush()
+		}
+	}()
+	// Observation window: two TTLs of flood (a refresh that waits out
+	// its 2 s relay timeout once still leaves w2 in time).
+	time.Sleep(6 * time.Second)
+	stop()
+	if log.has(WorkerRemoved, "w2") {
+		t.Errorf("w2 left the registry while w3 flooded the registrar")
+	}
+	if registrar.Refused() == 0 {
+		t.Errorf("the registrar refused none of w3's flood")
+	}
+	t.Logf("refused %d of w3's requests", registrar.Refused())
+}

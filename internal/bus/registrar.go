@@ -39,6 +39,13 @@ const registrarQueue = "switchyard-registrar"
 // subscription waits, which NATS buffers.
 const registrarParallel = 32
 
+// registrarPerWorker bounds one worker's requests in service at once: a
+// worker waits for each answer (its refresh loop has one in flight, a
+// decode worker one per KV pull it vets), so more is a flood, and one
+// worker's flood must not take the slots every other worker refreshes
+// through. Requests over it are refused unanswered.
+const registrarPerWorker = 8
+
 // registrarMaxRequest bounds a request: an entry is well under 4 KiB.
 const registrarMaxRequest = 64 << 10
 
@@ -76,6 +83,9 @@ type Registrar struct {
 	refused atomic.Uint64
 	slots   chan struct{} // registrarParallel
 
+	busyMu sync.Mutex     // guards busy
+	busy   map[string]int // requests in service per worker
+
 	logMu   sync.Mutex // guards logLast
 	logLast time.Time
 }
@@ -91,13 +101,18 @@ func (r *Registry) StartRegistrar() (*Registrar, error) {
 	if r.viaFrontend {
 		return nil, errors.New("bus: registrar: a worker's registry cannot serve other workers")
 	}
-	g := &Registrar{r: r, prefix: r.subj.RegistrarPrefix(), slots: make(chan struct{}, registrarParallel)}
+	g := &Registrar{r: r, prefix: r.subj.RegistrarPrefix(), slots: make(chan struct{}, registrarParallel), busy: map[string]int{}}
 	sub, err := r.nc.QueueSubscribe(r.subj.RegistrarAll(), registrarQueue, func(m *nats.Msg) {
+		id, _ := strings.CutPrefix(m.Subject, g.prefix)
+		if !g.take(id) {
+			g.refuse(m.Subject, fmt.Sprintf("worker %s has %d registry requests in service already", id, registrarPerWorker))
+			return
+		}
 		// A worker waits for each answer before its next request, so
 		// serving requests side by side keeps each worker's in order.
 		g.slots <- struct{}{}
 		go func() {
-			defer func() { <-g.slots }()
+			defer func() { <-g.slots; g.release(id) }()
 			g.handle(m)
 		}()
 	})
@@ -106,6 +121,26 @@ func (r *Registry) StartRegistrar() (*Registrar, error) {
 	}
 	g.sub = sub
 	return g, nil
+}
+
+// take books one of id's registrarPerWorker requests; false if all are
+// in service.
+func (g *Registrar) take(id string) bool {
+	g.busyMu.Lock()
+	defer g.busyMu.Unlock()
+	if g.busy[id] >= registrarPerWorker {
+		return false
+	}
+	g.busy[id]++
+	return true
+}
+
+func (g *Registrar) release(id string) {
+	g.busyMu.Lock()
+	defer g.busyMu.Unlock()
+	if g.busy[id]--; g.busy[id] <= 0 {
+		delete(g.busy, id)
+	}
 }
 
 // Subscription is the registrar's subscription: unsubscribing it stops
