@@ -443,9 +443,13 @@ func (b *Bridge) Drain(ctx context.Context, timeout time.Duration) bool {
 	b.errMu.Lock()
 	reg := b.reg
 	b.errMu.Unlock()
+	// Kept in b.info, not a copy: the served-names refresh puts b.info
+	// again when an adapter comes or goes, and must not undo the drain.
+	b.mu.Lock()
+	b.info.Draining = true
+	info := b.info
+	b.mu.Unlock()
 	if reg != nil {
-		info := b.info
-		info.Draining = true
 		uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := reg.Update(uctx, info); err != nil {
 			b.log.Warn("drain: could not mark the engine draining in the registry; frontends learn when the bridge deregisters", "err", err)

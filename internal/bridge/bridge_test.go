@@ -326,3 +326,37 @@ func TestBridgeRefreshesServedNames(t *testing.T) {
 	withNames("")
 	waitFor(t, "the unloaded adapter gone from the registry", func() bool { return len(adapters()) == 0 })
 }
+
+// A drain outlasts a change of the engine's served names: the refresh
+// that puts the new adapters in the registry keeps the entry draining.
+func TestBridgeDrainSurvivesNamesRefresh(t *testing.T) {
+	r := newRig(t, vllmpub.Config{})
+	b := r.startBridge(func(c *Config) { c.NamesEvery = 50 * time.Millisecond })
+	reg, err := bus.OpenRegistry(t.Context(), bus.RegistryConfig{NC: r.nc, Subjects: r.subj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := reg.WatchWorkers(t.Context(), bus.WatchConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	// The fake engine always reports requests running: the drain waits
+	// out its timeout.
+	drained := make(chan bool, 1)
+	go func() { drained <- b.Drain(t.Context(), 20*time.Second) }()
+	entry := func() bus.WorkerInfo { e, _ := w.Worker("vllm-0"); return e }
+	waitFor(t, "the entry draining", func() bool { return entry().Draining })
+	body := `{"object":"list","data":[{"id":"Qwen/Qwen3-0.6B","object":"model","max_model_len":40960},` +
+		`{"id":"sql-lora","object":"model","root":"/adapters/sql","parent":"Qwen/Qwen3-0.6B"}]}`
+	r.models.Store(&body)
+	waitFor(t, "the loaded adapter in the registry", func() bool { return len(entry().Adapters) == 1 })
+	if e := entry(); !e.Draining {
+		t.Errorf("entry after the names refresh = %+v, want still draining", e)
+	}
+	select {
+	case idle := <-drained:
+		t.Errorf("drain returned %v while the engine reports requests running", idle)
+	default:
+	}
+}
