@@ -74,7 +74,9 @@ type Worker struct {
 	pub   *kvevents.Publisher
 	wire  *vllmpub.Publisher // the simulator speaking vLLM's ZMQ wire, or nil
 	regMu sync.Mutex         // guards reg: a failing goroutine may stop the worker while it registers
-	reg   *bus.Registration
+	// infoMu guards info once the worker runs: its adapters change.
+	infoMu sync.Mutex
+	reg    *bus.Registration
 	// probe serves link probes and vets KV transfer addresses against
 	// the registry, which it has only once registered (never standalone).
 	probe  *Prober
@@ -183,6 +185,7 @@ func StartWorker(ctx context.Context, cfg WorkerConfig) (*Worker, error) {
 		}
 		simCfg.Puller = puller
 	}
+	simCfg.AdaptersChanged = w.adaptersChanged
 	if w.sim, err = sim.NewWorker(simCfg); err != nil {
 		return fail(err)
 	}
@@ -347,7 +350,31 @@ func (w *Worker) URL() string { return w.url }
 func (w *Worker) ID() string { return w.cfg.Sim.ID }
 
 // Info is the worker's registry entry.
-func (w *Worker) Info() bus.WorkerInfo { return w.info }
+func (w *Worker) Info() bus.WorkerInfo {
+	w.infoMu.Lock()
+	defer w.infoMu.Unlock()
+	return w.info
+}
+
+// adaptersChanged puts the registry entry again with the LoRA adapters the
+// engine serves now (loaded or unloaded at run time).
+func (w *Worker) adaptersChanged(adapters []bus.Adapter) {
+	w.infoMu.Lock()
+	w.info.Adapters = adapters
+	info := w.info
+	w.infoMu.Unlock()
+	w.regMu.Lock()
+	g := w.reg
+	w.regMu.Unlock()
+	if g == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := g.Update(ctx, info); err != nil {
+		w.cfg.Logger.Warn("registry update after a LoRA adapter change failed; the next refresh puts it", "worker", w.cfg.Sim.ID, "err", err)
+	}
+}
 
 // Wire is the vLLM-wire publisher, or nil.
 func (w *Worker) Wire() *vllmpub.Publisher { return w.wire }
@@ -427,8 +454,10 @@ func (w *Worker) Drain(ctx context.Context, timeout time.Duration) int {
 	g := w.reg
 	w.regMu.Unlock()
 	if g != nil {
+		w.infoMu.Lock()
+		w.info.Draining = true // kept by any later update of the entry
 		info := w.info
-		info.Draining = true
+		w.infoMu.Unlock()
 		uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := g.Update(uctx, info); err != nil {
 			w.cfg.Logger.Warn("drain: could not mark the worker draining in the registry; frontends learn when it deregisters", "worker", w.cfg.Sim.ID, "err", err)

@@ -254,3 +254,42 @@ func TestBenchModelMix(t *testing.T) {
 		t.Errorf("served %v qwen3-0.6b and %v llama-3.1-8b requests (qwen share %.2f), want about 70:30\n%s", q, l, share, out)
 	}
 }
+
+// TestFleetAdapterAtRunTime: an adapter loaded into a running worker with
+// vLLM's POST /v1/load_lora_adapter is listed by the frontend and routed to
+// within 10 s; unloaded, it leaves the list.
+func TestFleetAdapterAtRunTime(t *testing.T) {
+	t.Parallel()
+	ns := startNATS(t)
+	_, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats", ns.URL(), "--nats-insecure")
+	url := m[1]
+	_, wm := start(t, readyURL, "worker", "--nats", ns.URL(), "--nats-insecure", "--id", "w1", "--http-addr", "127.0.0.1:0", "--speedup", "20")
+	wurl := wm[1]
+	listed := func(id string) bool {
+		var list struct {
+			Data []struct{ ID string } `json:"data"`
+		}
+		getJSON(t, url+"/v1/models", &list)
+		return slices.ContainsFunc(list.Data, func(d struct{ ID string }) bool { return d.ID == id })
+	}
+	eventually(t, 30*time.Second, "the worker's model listed", func() bool { return listed("qwen3-0.6b") })
+	post := func(path, body string) int {
+		resp, err := http.Post(wurl+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("/v1/load_lora_adapter", `{"lora_name":"sql-lora","lora_path":"/adapters/sql"}`); code != 200 {
+		t.Fatalf("load_lora_adapter: %d", code)
+	}
+	eventually(t, 10*time.Second, "the loaded adapter in the frontend's /v1/models", func() bool { return listed("sql-lora") })
+	if code, w, body, _ := complete(t, url, "sql-lora", "select the rows"); code != 200 || w != "w1" {
+		t.Errorf("sql-lora: %d on %q: %s", code, w, body)
+	}
+	if code := post("/v1/unload_lora_adapter", `{"lora_name":"sql-lora"}`); code != 200 {
+		t.Fatalf("unload_lora_adapter: %d", code)
+	}
+	eventually(t, 10*time.Second, "the unloaded adapter gone from /v1/models", func() bool { return !listed("sql-lora") })
+}

@@ -79,6 +79,10 @@ type Config struct {
 	// LoRASwap is the simulated time to load an adapter into a slot;
 	// default 50 ms.
 	LoRASwap time.Duration
+	// AdaptersChanged, when set, is called with the adapters served after
+	// POST /v1/load_lora_adapter or /v1/unload_lora_adapter changed them
+	// (from the request's goroutine), so the registry entry can follow.
+	AdaptersChanged func([]bus.Adapter)
 
 	Publisher  EventPublisher // KV events; nil drops them
 	Leaser     Leaser         // prefill role: pins blocks for remote decode

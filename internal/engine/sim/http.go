@@ -55,6 +55,8 @@ func (w *Worker) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, false) })
 	mux.HandleFunc("POST /v1/chat/completions", func(rw http.ResponseWriter, r *http.Request) { w.serveGenerate(rw, r, true) })
 	mux.HandleFunc("GET /v1/models", w.serveModels)
+	mux.HandleFunc("POST /v1/load_lora_adapter", w.serveLoadLoRA)
+	mux.HandleFunc("POST /v1/unload_lora_adapter", w.serveUnloadLoRA)
 	mux.HandleFunc("POST /tokenize", w.serveTokenize)
 	mux.HandleFunc("POST /detokenize", w.serveDetokenize)
 	mux.HandleFunc("POST /v1/messages", w.serveMessages)
@@ -86,7 +88,7 @@ func (w *Worker) serveModels(rw http.ResponseWriter, _ *http.Request) {
 	for _, a := range w.aliases() {
 		data = append(data, model(a, w.cfg.Model, nil))
 	}
-	for _, a := range w.cfg.Adapters {
+	for _, a := range w.adapterList() {
 		data = append(data, model(a.Name, cmp.Or(a.Root, a.Name), &base))
 	}
 	openai.WriteJSON(rw, openai.ModelList{Object: "list", Data: data})

@@ -2,6 +2,10 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,6 +13,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 )
@@ -143,7 +149,7 @@ func (l *loraSlots) residentNames() []string {
 
 // LoRAState reports the worker's adapter slots; nil without adapters.
 func (w *Worker) LoRAState() *bus.LoRAState {
-	if w.loras == nil {
+	if len(w.adapterList()) == 0 {
 		return nil
 	}
 	running, waiting, _ := w.loras.state()
@@ -154,19 +160,76 @@ func (w *Worker) LoRAState() *bus.LoRAState {
 // whose labels are the state (comma-separated adapter names) and whose
 // value is the Unix time that state began.
 type loraInfoCollector struct {
-	l    *loraSlots
+	w    *Worker
 	desc *prometheus.Desc
 }
 
-func newLoRAInfoCollector(l *loraSlots, labels prometheus.Labels) *loraInfoCollector {
-	return &loraInfoCollector{l: l, desc: prometheus.NewDesc("vllm:lora_requests_info", "Running stats on lora requests.",
-		[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, labels)}
+func loraInfoDesc(labels prometheus.Labels) *prometheus.Desc {
+	return prometheus.NewDesc("vllm:lora_requests_info", "Running stats on lora requests.",
+		[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, labels)
 }
 
 func (c *loraInfoCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *loraInfoCollector) Collect(ch chan<- prometheus.Metric) {
-	running, waiting, changed := c.l.state()
+	if len(c.w.adapterList()) == 0 {
+		return
+	}
+	l := c.w.loras
+	running, waiting, changed := l.state()
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(changed.UnixNano())/1e9,
-		strconv.Itoa(c.l.max), strings.Join(running, ","), strings.Join(waiting, ","))
+		strconv.Itoa(l.max), strings.Join(running, ","), strings.Join(waiting, ","))
+}
+
+// serveLoadLoRA is vLLM's POST /v1/load_lora_adapter {"lora_name",
+// "lora_path"}: the adapter is served from now on (loaded into a slot by
+// its first request).
+func (w *Worker) serveLoadLoRA(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name string `json:"lora_name"`
+		Path string `json:"lora_path"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.Name == "" || req.Path == "" {
+		openai.WriteError(rw, http.StatusBadRequest, openai.TypeInvalidRequest, "lora_name", "load_lora_adapter wants {\"lora_name\": name, \"lora_path\": path}")
+		return
+	}
+	w.adMu.Lock()
+	if _, ok := w.resolveModelLocked(req.Name); ok {
+		w.adMu.Unlock()
+		openai.WriteError(rw, http.StatusBadRequest, openai.TypeInvalidRequest, "lora_name", fmt.Sprintf("The lora adapter '%s' has already been loaded, or names the model.", req.Name))
+		return
+	}
+	w.adapters = append(w.adapters, bus.Adapter{Name: req.Name, Root: req.Path})
+	now := slices.Clone(w.adapters)
+	w.adMu.Unlock()
+	w.adaptersChanged(now)
+	fmt.Fprintf(rw, "Success: LoRA adapter '%s' added successfully.", req.Name)
+}
+
+// serveUnloadLoRA is vLLM's POST /v1/unload_lora_adapter {"lora_name"}.
+func (w *Worker) serveUnloadLoRA(rw http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Name string `json:"lora_name"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req); err != nil || req.Name == "" {
+		openai.WriteError(rw, http.StatusBadRequest, openai.TypeInvalidRequest, "lora_name", "unload_lora_adapter wants {\"lora_name\": name}")
+		return
+	}
+	w.adMu.Lock()
+	n := len(w.adapters)
+	w.adapters = slices.DeleteFunc(w.adapters, func(a bus.Adapter) bool { return a.Name == req.Name })
+	removed, now := len(w.adapters) < n, slices.Clone(w.adapters)
+	w.adMu.Unlock()
+	if !removed {
+		openai.WriteError(rw, http.StatusNotFound, openai.TypeNotFound, "lora_name", fmt.Sprintf("The lora adapter '%s' cannot be found.", req.Name))
+		return
+	}
+	w.adaptersChanged(now)
+	fmt.Fprintf(rw, "Success: LoRA adapter '%s' removed successfully.", req.Name)
+}
+
+func (w *Worker) adaptersChanged(now []bus.Adapter) {
+	if f := w.cfg.AdaptersChanged; f != nil {
+		f(now)
+	}
 }

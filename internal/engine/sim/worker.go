@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +19,10 @@ type Worker struct {
 	*Engine
 	tok   tokenizer.Model
 	reqID atomic.Uint64
-	loras *loraSlots // nil without adapters
+	loras *loraSlots
+
+	adMu     sync.RWMutex  // guards adapters
+	adapters []bus.Adapter // served now: Config.Adapters, then as loaded and unloaded
 	// stored holds the conversations of stored responses, for
 	// previous_response_id.
 	stored *conversations
@@ -48,11 +52,12 @@ func NewWorker(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	e.metrics = newMetrics(e)
-	w := &Worker{Engine: e, tok: tok, stored: newConversations(maxStoredResponses)}
-	if len(cfg.Adapters) > 0 {
-		w.loras = newLoRASlots(cfg.MaxLoRAs, cfg.LoRASwap, cfg.Speedup)
-		e.metrics.reg.MustRegister(newLoRAInfoCollector(w.loras, prometheus.Labels{"model_name": cfg.Model, "engine": cfg.ID}))
-	}
+	w := &Worker{Engine: e, tok: tok, stored: newConversations(maxStoredResponses), adapters: slices.Clone(cfg.Adapters)}
+	// Adapters may be loaded at run time, so the slots always exist; the
+	// metric shows only while some adapter is served, as vLLM's only with
+	// LoRA enabled.
+	w.loras = newLoRASlots(cfg.MaxLoRAs, cfg.LoRASwap, cfg.Speedup)
+	e.metrics.reg.MustRegister(&loraInfoCollector{w: w, desc: loraInfoDesc(prometheus.Labels{"model_name": cfg.Model, "engine": cfg.ID})})
 	return w, nil
 }
 
@@ -68,7 +73,7 @@ func (w *Worker) Info() bus.WorkerInfo {
 		Role:            w.cfg.Role,
 		Model:           w.servedName(),
 		Aliases:         w.aliases(),
-		Adapters:        slices.Clone(w.cfg.Adapters),
+		Adapters:        w.adapterList(),
 		KVXferAddr:      w.cfg.KVXferAddr,
 		BlockSize:       w.bs,
 		KVBytesPerToken: w.model.KVBytesPerToken(),
@@ -100,8 +105,25 @@ func (w *Worker) resolveModel(name string) (adapter string, ok bool) {
 	if name == "" || name == w.servedName() || slices.Contains(w.aliases(), name) {
 		return "", true
 	}
-	if slices.ContainsFunc(w.cfg.Adapters, func(a bus.Adapter) bool { return a.Name == name }) {
+	w.adMu.RLock()
+	defer w.adMu.RUnlock()
+	return w.resolveModelLocked(name)
+}
+
+// resolveModelLocked is resolveModel with adMu held.
+func (w *Worker) resolveModelLocked(name string) (adapter string, ok bool) {
+	if name == "" || name == w.servedName() || slices.Contains(w.aliases(), name) {
+		return "", true
+	}
+	if slices.ContainsFunc(w.adapters, func(a bus.Adapter) bool { return a.Name == name }) {
 		return name, true
 	}
 	return "", false
+}
+
+// adapterList is a copy of the adapters served now.
+func (w *Worker) adapterList() []bus.Adapter {
+	w.adMu.RLock()
+	defer w.adMu.RUnlock()
+	return slices.Clone(w.adapters)
 }
