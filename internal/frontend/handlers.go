@@ -394,14 +394,28 @@ func (s *Server) shedError(scope, msg string) *apiError {
 
 // withRoom drops workers at MaxInflightPerWorker (counting the peer
 // replicas' requests) and, when some other has room, those whose
-// predicted prefill queue is over QueueTTFT.
+// predicted prefill queue is over QueueTTFT. A request admission let in
+// finds the slot it was counted against taken by a peer only in the
+// moment before that peer's request was shared; it then goes where this
+// frontend alone has room (overshooting by one) rather than being refused.
 func (s *Server) withRoom(ws []Worker) []Worker {
 	max := int64(s.cfg.MaxInflightPerWorker)
-	out := ws[:0:0]
-	for _, w := range ws {
-		if max <= 0 || s.inflightCounter(w.ID).Load()+int64(s.peerInFlight(w.ID)) < max {
-			out = append(out, w)
+	room := func(peers bool) []Worker {
+		out := ws[:0:0]
+		for _, w := range ws {
+			n := s.inflightCounter(w.ID).Load()
+			if peers {
+				n += int64(s.peerInFlight(w.ID))
+			}
+			if max <= 0 || n < max {
+				out = append(out, w)
+			}
 		}
+		return out
+	}
+	out := room(true)
+	if len(out) == 0 {
+		out = room(false)
 	}
 	if s.cfg.QueueTTFT > 0 {
 		if fast := slices.DeleteFunc(slices.Clone(out), func(w Worker) bool { return s.overTTFT(w.ID) }); len(fast) > 0 {

@@ -522,3 +522,84 @@ func TestDrainFrontend(t *testing.T) {
 		t.Errorf("up exited %d after SIGTERM, want 0", code)
 	}
 }
+
+// TestReplicasShareSlots: two frontends sharing state, each with
+// --max-inflight-per-worker 2, in front of one worker: together they keep
+// about 2 requests on it, not 2 each, and no request fails. (The split
+// between them is not fair: the replica whose request finishes admits its
+// own next one before its peer hears of the finish.)
+func TestReplicasShareSlots(t *testing.T) {
+	login := newNATSLogin(t)
+	_, fe1, natsURL := startFrontend(t, login, "", "--max-inflight-per-worker", "2")
+	_, fe2, _ := startFrontend(t, login, natsURL, "--replica-id", "fe-2", "--max-inflight-per-worker", "2")
+	start(t, readyURL, append([]string{"worker", "--nats", natsURL, "--registry-ttl", "2s", "--id", "w1", "--http-addr", "127.0.0.1:0", "--log-level", "warn"},
+		login.workerArgs(t, "w1")...)...)
+	for _, u := range []string{fe1, fe2} {
+		eventually(t, 15*time.Second, "both frontends see the worker and a peer", func() bool {
+			var h struct {
+				Workers []any `json:"workers"`
+			}
+			getJSON(t, u+"/health", &h)
+			var c struct {
+				Replicas struct {
+					Peers []struct{ ID string } `json:"peers"`
+				} `json:"replicas"`
+			}
+			getJSON(t, u+"/admin/cluster", &c)
+			return len(h.Workers) == 1 && len(c.Replicas.Peers) == 1
+		})
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	served := map[string]int{}
+	var failures []error
+	for _, u := range []string{fe1, fe2} {
+		for k := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, err := streamOnce(u, fmt.Sprintf("%s client %d request %d", u, k, i), 64)
+					mu.Lock()
+					if err != nil {
+						failures = append(failures, err)
+					} else {
+						served[u]++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	// The engine's own count, from its load reports, every 100 ms for 8 s.
+	var sum, n, most int
+	for range 80 {
+		var h struct {
+			Workers []struct {
+				Load struct{ Running, Waiting int } `json:"load"`
+			} `json:"workers"`
+		}
+		getJSON(t, fe1+"/health", &h)
+		if len(h.Workers) == 1 {
+			r := h.Workers[0].Load.Running + h.Workers[0].Load.Waiting
+			sum, n, most = sum+r, n+1, max(most, r)
+		}
+		time.Sleep(100 * time.Millisecond) // the sampling period, not synchronisation
+	}
+	close(stop)
+	wg.Wait()
+	mean := float64(sum) / float64(max(n, 1))
+	t.Logf("engine requests over %d samples: mean %.2f, most %d; served %v", n, mean, most, served)
+	if mean > 2.5 {
+		t.Errorf("the worker held %.2f requests on average from two frontends with 2 slots each, want about 2 (4 if each filled its own)", mean)
+	}
+	for _, err := range failures {
+		t.Errorf("request failed: %v", err)
+	}
+}
