@@ -19,7 +19,7 @@ const preflightUsage = `usage: switchyard preflight --url http://FRONTEND [--jso
 
 Checks a live deployment: inventory, KV events per worker, same-prefix cache
 probe, routing hit ratio, prefill→decode links and the disaggregation math.
-Each check is PASS, WARN or FAIL with its numbers. Progress goes to stderr,
+Each check is PASS, SKIP (nothing to examine), WARN or FAIL with its numbers. Progress goes to stderr,
 the report to stdout as a table (--json - prints JSON there instead; schema in
 docs/preflight-schema.md). Exit code 0 when nothing fails, 1 when a check
 fails or the frontend cannot be examined, 2 for usage errors.

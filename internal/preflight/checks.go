@@ -317,7 +317,10 @@ func eventsProblem(p *EventsProbe) string {
 		why = append(why, fmt.Sprintf("%d sequence gaps during the check", p.GapsAfter-p.GapsBefore))
 	}
 	if p.State != "" && p.ProbeErrorText == "" && (p.LastEventAgeS < 0 || p.LastEventAgeS >= p.DeadlineS) {
-		if p.LastEventAgeS < 0 {
+		if p.Epoch == 0 && p.LastSeq == 0 {
+			// Nothing stale about a stream that never started.
+			why = append(why, "has never published a KV event")
+		} else if p.LastEventAgeS < 0 {
 			why = append(why, "no heartbeat age reported")
 		} else {
 			why = append(why, fmt.Sprintf("last event %.1fs ago (heartbeat stale)", p.LastEventAgeS))

@@ -63,7 +63,7 @@ func (r *runner) checkLinks(ctx context.Context) Check {
 	ch := Check{Name: CheckLinks, Status: Pass, Links: []Link{}}
 	pairs := r.pairs()
 	if len(pairs) == 0 {
-		ch.Summary = noDisagg
+		ch.Status, ch.Summary = Skip, noDisagg
 		ch.Notes = append(ch.Notes, noDisagg)
 		return ch
 	}
@@ -136,7 +136,7 @@ func (r *runner) checkDisagg(ctx context.Context) Check {
 	ch := Check{Name: CheckDisagg, Status: Pass, Disagg: res}
 	pairs := r.pairs()
 	if len(pairs) == 0 {
-		ch.Summary = noDisagg + "; recommended --disagg never"
+		ch.Status, ch.Summary = Skip, noDisagg+"; recommended --disagg never"
 		ch.Notes = append(ch.Notes, noDisagg)
 		if res.Mode == DisaggAlways {
 			ch.Status = Warn
@@ -183,7 +183,11 @@ func (r *runner) checkDisagg(ctx context.Context) Check {
 		ch.Notes = append(ch.Notes, "remote prefill pays for long prompts on this deployment; --disagg auto would use it")
 	}
 	if res.Recommended == DisaggNever {
-		ch.Notes = append(ch.Notes, fmt.Sprintf("never: remote prefill adds TTFT at every length up to %s tokens; disaggregate only to isolate decode ITL from prefill, and measure that with `switchyard bench disagg`", thousands(r.cfg.MaxSearchTokens)))
+		searched := 0
+		for _, dp := range res.Pairs {
+			searched = max(searched, dp.SearchMaxTokens)
+		}
+		ch.Notes = append(ch.Notes, fmt.Sprintf("never: remote prefill adds TTFT at every length up to %s tokens; disaggregate only to isolate decode ITL from prefill, and measure that with `switchyard bench disagg`", thousands(searched)))
 	}
 	var be []string
 	for _, dp := range res.Pairs {
@@ -193,8 +197,21 @@ func (r *runner) checkDisagg(ctx context.Context) Check {
 	return ch
 }
 
+// searchMax bounds the break-even search for p by the shorter context of
+// its two workers: a prompt neither could take says nothing about the
+// deployment.
+func (r *runner) searchMax(p pair) int {
+	n := r.cfg.MaxSearchTokens
+	for _, w := range r.dep.Workers {
+		if (w.ID == p.prefill || w.ID == p.decode) && w.MaxModelLen > 0 && w.MaxModelLen < n {
+			n = w.MaxModelLen
+		}
+	}
+	return n
+}
+
 func (r *runner) disaggPair(ctx context.Context, p pair, margin float64) (DisaggPair, error) {
-	dp := DisaggPair{Prefill: p.prefill, Decode: p.decode, SearchMaxTokens: r.cfg.MaxSearchTokens, Predictions: []Prediction{}}
+	dp := DisaggPair{Prefill: p.prefill, Decode: p.decode, SearchMaxTokens: r.searchMax(p), Predictions: []Prediction{}}
 	pw, err := r.c.predict(ctx, p.prefill, p.decode, r.cfg.PromptTokens)
 	if err != nil {
 		return dp, err
@@ -206,7 +223,7 @@ func (r *runner) disaggPair(ctx context.Context, p pair, margin float64) (Disagg
 		allPay = allPay && pr.RemotePays
 		dp.Predictions = append(dp.Predictions, pr)
 	}
-	be, err := r.breakEven(ctx, p, margin)
+	be, err := r.breakEven(ctx, p, margin, dp.SearchMaxTokens)
 	if err != nil {
 		return dp, err
 	}
@@ -233,11 +250,11 @@ func pays(local, remote, margin float64) bool { return remote < (1-margin)*local
 // once remote pays it keeps paying for longer prompts (prefill grows
 // faster than linearly in length, the transfer linearly). nil means it
 // never pays up to MaxSearchTokens.
-func (r *runner) breakEven(ctx context.Context, p pair, margin float64) (*int, error) {
+func (r *runner) breakEven(ctx context.Context, p pair, margin float64, maxTokens int) (*int, error) {
 	var points []int
-	for n := min(searchStart, r.cfg.MaxSearchTokens); ; n *= 2 {
-		points = append(points, min(n, r.cfg.MaxSearchTokens))
-		if n >= r.cfg.MaxSearchTokens {
+	for n := min(searchStart, maxTokens); ; n *= 2 {
+		points = append(points, min(n, maxTokens))
+		if n >= maxTokens {
 			break
 		}
 	}

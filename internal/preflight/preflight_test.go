@@ -66,9 +66,18 @@ func TestHealthyDeploymentPasses(t *testing.T) {
 		t.Fatalf("verdict %s, want PASS\n%s", rep.Verdict, out)
 	}
 	for _, c := range rep.Checks {
-		if c.Status != Pass {
-			t.Errorf("%s: %s %v", c.Name, c.Status, c.Problems)
+		// Without prefill workers there are no links and no disaggregation
+		// math: SKIP, not a PASS that claims they were checked.
+		want := Pass
+		if c.Name == CheckLinks || c.Name == CheckDisagg {
+			want = Skip
 		}
+		if c.Status != want {
+			t.Errorf("%s: %s %v; want %s", c.Name, c.Status, c.Problems, want)
+		}
+	}
+	if v := verdictLine(rep); !strings.Contains(v, "2 skipped") {
+		t.Errorf("verdict line %q does not say two checks were skipped", v)
 	}
 	for _, p := range check(t, rep, CheckEvents).Events {
 		if p.IndexedAfterS == nil || p.IndexedBlocks != p.ProbeBlocks || p.ServedBy != p.Worker {
@@ -474,5 +483,36 @@ func TestWorkerURLIsNotAFrontend(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) || rep != nil {
 			t.Errorf("%s: report %v, err %v; want no report and %q", url, rep, err, want)
 		}
+	}
+}
+
+// TestNeverPublishedIsNotStale: a worker whose stream never started is said
+// to have never published, not to have a stale heartbeat.
+func TestNeverPublishedIsNotStale(t *testing.T) {
+	never := &EventsProbe{Worker: "w1", State: "silent", LastEventAgeS: 12, DeadlineS: 2, ProbeBlocks: 4}
+	if s := eventsProblem(never); !strings.Contains(s, "never published") || strings.Contains(s, "stale") {
+		t.Errorf("never published: %q", s)
+	}
+	stale := &EventsProbe{Worker: "w1", State: "silent", Epoch: 3, LastSeq: 40, LastEventAgeS: 12, DeadlineS: 2, ProbeBlocks: 4}
+	if s := eventsProblem(stale); !strings.Contains(s, "heartbeat stale") {
+		t.Errorf("stale: %q", s)
+	}
+}
+
+// TestBreakEvenSearchStopsAtMaxModelLen: the break-even search asks about
+// no prompt longer than the pair's workers take, and says how far it went.
+func TestBreakEvenSearchStopsAtMaxModelLen(t *testing.T) {
+	cfg := gbeDeployment(1.19e8, "auto")
+	for i := range cfg.Workers {
+		cfg.Workers[i].MaxModelLen = 40960
+	}
+	f := preflighttest.New(t, cfg)
+	rep, out := run(t, testConfig(f.URL))
+	if got := f.MaxPredicted(); got > 40960 {
+		t.Errorf("predict asked about %d tokens, past the workers' max_model_len 40960", got)
+	}
+	c := check(t, rep, CheckDisagg)
+	if len(c.Disagg.Pairs) != 1 || c.Disagg.Pairs[0].SearchMaxTokens != 40960 || !strings.Contains(out, "searched up to 40,960 tokens") {
+		t.Errorf("search bound %+v; want 40960 reported:\n%s", c.Disagg.Pairs, out)
 	}
 }

@@ -253,8 +253,17 @@ func verdictLine(rep *Report) string {
 	if len(warned) > 0 {
 		s += " — warnings: " + strings.Join(warned, ", ")
 	}
-	if len(failed)+len(warned) == 0 {
+	skipped := 0
+	for _, c := range rep.Checks {
+		if c.Status == Skip {
+			skipped++
+		}
+	}
+	switch {
+	case len(failed)+len(warned) == 0 && skipped == 0:
 		s += fmt.Sprintf(" — all %d checks passed", len(rep.Checks))
+	case len(failed)+len(warned) == 0:
+		s += fmt.Sprintf(" — %d checks passed, %d skipped (nothing to examine)", len(rep.Checks)-skipped, skipped)
 	}
 	return s
 }

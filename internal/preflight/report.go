@@ -8,6 +8,10 @@ type Status string
 // Verdicts, in increasing severity.
 const (
 	Pass Status = "PASS"
+	// Skip is a check with nothing to examine on this deployment (links
+	// and the disaggregation math without prefill workers): not a pass,
+	// which would claim something was checked, and no failure either.
+	Skip Status = "SKIP"
 	Warn Status = "WARN"
 	Fail Status = "FAIL"
 )
@@ -80,6 +84,7 @@ type Worker struct {
 	Model           string       `json:"model"`
 	BlockSize       int          `json:"block_size"`
 	KVBytesPerToken int64        `json:"kv_bytes_per_token"`
+	MaxModelLen     int          `json:"max_model_len,omitempty"` // 0 when /health does not say
 	URL             string       `json:"url,omitempty"`
 	Events          WorkerHealth `json:"events"`
 }

@@ -31,6 +31,7 @@ type Worker struct {
 	Model           string // "" = the frontend's model
 	BlockSize       int    // 0 = the frontend's block size
 	KVBytesPerToken int64  // 0 = 114,688 (qwen3-0.6b bf16)
+	MaxModelLen     int    // reported in /health when set
 	// Events is the worker's event state: "healthy" (default), "disabled"
 	// or "silent". Only healthy workers feed the index.
 	Events string
@@ -94,6 +95,17 @@ type Frontend struct {
 	index map[uint64]map[string]time.Time
 	rr    int
 	pins  int
+	// maxPredicted is the longest prompt POST /admin/disagg/predict was
+	// asked about.
+	maxPredicted int
+}
+
+// MaxPredicted returns the longest prompt length the predict endpoint was
+// asked about.
+func (f *Frontend) MaxPredicted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxPredicted
 }
 
 type worker struct {
@@ -212,13 +224,14 @@ func (f *Frontend) health(w http.ResponseWriter, _ *http.Request) {
 		Model     string `json:"model"`
 		BlockSize int    `json:"block_size"`
 		KVBytes   int64  `json:"kv_bytes_per_token"`
+		MaxLen    int    `json:"max_model_len,omitempty"`
 		URL       string `json:"url"`
 		Events    ev     `json:"events"`
 	}
 	status, reasons := "ok", []string{}
 	ws := []wk{}
 	for _, x := range f.order() {
-		ws = append(ws, wk{ID: x.ID, Role: x.Role, Model: x.Model, BlockSize: x.BlockSize, KVBytes: x.KVBytesPerToken,
+		ws = append(ws, wk{ID: x.ID, Role: x.Role, Model: x.Model, BlockSize: x.BlockSize, KVBytes: x.KVBytesPerToken, MaxLen: x.MaxModelLen,
 			URL: f.URL + "/w/" + x.ID, Events: ev{State: x.Events, Cause: cause(x.Events)}})
 		if x.Events != "healthy" {
 			status = "degraded"
@@ -544,6 +557,11 @@ func (f *Frontend) predict(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	preds := []map[string]any{}
+	f.mu.Lock()
+	for _, n := range in.PromptTokens {
+		f.maxPredicted = max(f.maxPredicted, n)
+	}
+	f.mu.Unlock()
 	for _, n := range in.PromptTokens {
 		kv, tr, loc, rem := Predict(p.Worker, d.Worker, l, n)
 		choice, reason := "local", "local_faster"
