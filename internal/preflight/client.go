@@ -204,6 +204,9 @@ func (c *client) transportError(what string, err error) error {
 }
 
 // httpError turns a non-2xx answer into an error that says what to do.
+// errNoEndpoint is a 404 from the frontend: it lacks the endpoint.
+var errNoEndpoint = errors.New("this frontend lacks the endpoint; is --url a Switchyard frontend of this version?")
+
 func httpError(what string, status int, body []byte) error {
 	msg := strings.TrimSpace(string(body))
 	var e openai.ErrorResponse
@@ -220,7 +223,7 @@ func httpError(what string, status int, body []byte) error {
 		}
 		return fmt.Errorf("preflight: %s: HTTP %d (%s): the frontend refused admin access; pass --admin-key (or set $SWITCHYARD_ADMIN_KEY) with the frontend's admin key", what, status, msg)
 	case http.StatusNotFound:
-		return fmt.Errorf("preflight: %s: HTTP 404: this frontend lacks the endpoint; is --url a Switchyard frontend of this version?", what)
+		return fmt.Errorf("preflight: %s: HTTP 404: %w", what, errNoEndpoint)
 	}
 	return fmt.Errorf("preflight: %s: HTTP %d: %s", what, status, msg)
 }

@@ -32,6 +32,16 @@ var tokenizerProbeChat = []openai.Message{
 	{Role: "user", Content: "Thanks! 🙏  "},
 }
 
+// messagesProbe is tokenizerProbeChat as a Messages API request: the
+// system turn at the top, the rest as messages.
+func messagesProbe(model string) map[string]any {
+	msgs := make([]map[string]string, 0, len(tokenizerProbeChat)-1)
+	for _, m := range tokenizerProbeChat[1:] {
+		msgs = append(msgs, map[string]string{"role": m.Role, "content": m.Content})
+	}
+	return map[string]any{"model": model, "system": tokenizerProbeChat[0].Content, "messages": msgs}
+}
+
 // TokenizerProbe is one probe (prompt or chat) on one worker.
 type TokenizerProbe struct {
 	Worker         string `json:"worker"`
@@ -70,6 +80,26 @@ func (r *runner) checkTokenizer(ctx context.Context) Check {
 			ch.Problems = append(ch.Problems, fmt.Sprintf("frontend: POST /tokenize: %v", err))
 			return ch
 		}
+	}
+	// The same chat as a Messages API request: the frontend renders it
+	// into chat turns to route it, so its count must be the chat's, which
+	// is compared with each worker's below. A frontend without the
+	// endpoint is older than the API and routes no such request.
+	messagesTokens := -1
+	var counted struct {
+		InputTokens int `json:"input_tokens"`
+	}
+	switch err := r.c.call(ctx, http.MethodPost, "/v1/messages/count_tokens", false, messagesProbe(r.dep.Model), &counted, 0); {
+	case errors.Is(err, errNoEndpoint):
+	case err != nil:
+		ch.Status = worst(ch.Status, Warn)
+		ch.Problems = append(ch.Problems, fmt.Sprintf("frontend: POST /v1/messages/count_tokens: %v", err))
+	case counted.InputTokens != front[1].Count:
+		ch.Status = Fail
+		ch.Problems = append(ch.Problems, fmt.Sprintf("frontend: the probe chat as a Messages request counts %d tokens, as a chat %d: "+
+			"Messages requests would not route to the prefixes their chat equivalents cached", counted.InputTokens, front[1].Count))
+	default:
+		messagesTokens = counted.InputTokens
 	}
 	checked, unverified := 0, 0
 	for _, w := range r.dep.Workers {
@@ -115,6 +145,9 @@ func (r *runner) checkTokenizer(ctx context.Context) Check {
 	switch ch.Status {
 	case Pass:
 		ch.Summary = fmt.Sprintf("the frontend's token ids equal each worker's on a prompt (%d tokens) and a chat (%d tokens), %d workers", front[0].Count, front[1].Count, checked)
+		if messagesTokens >= 0 {
+			ch.Summary += "; the chat as a Messages request renders to the same tokens"
+		}
 	case Warn:
 		ch.Summary = fmt.Sprintf("%d workers could not be compared", unverified+countStatus(ch.Tokenizer, Warn)/len(probes))
 	default:
