@@ -15,3 +15,18 @@ func TestAuthErrorNamesTheRightKey(t *testing.T) {
 		t.Errorf("/admin refused: %v; want it to name --admin-key", err)
 	}
 }
+
+// TestAggregatedRunHasNoPrefillSplit: a run the gate never saw prints "-"
+// for the prefill local/remote split, not a misleading 0/0.
+func TestAggregatedRunHasNoPrefillSplit(t *testing.T) {
+	rep := &Report{Scenario: ScenarioRouting, Runs: []PolicyRun{{Policy: "kv", Aggregate: Aggregate{Requests: 2, OK: 2}}}}
+	var out strings.Builder
+	if err := WriteTable(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.Contains(l, "prefill local/remote") && (strings.Contains(l, "0/0") || !strings.HasSuffix(strings.TrimSpace(l), "-")) {
+			t.Errorf("aggregated run: %q; want -", l)
+		}
+	}
+}

@@ -99,6 +99,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 		return fmt.Sprintf("%.2f (%d/%d)", a.GoodputRPS, a.GoodRequests, a.Requests)
 	})
 	row("prefill local/remote", func(a *Aggregate) string {
+		if a.PrefillLocal+a.PrefillRemote == 0 {
+			return "-" // aggregated: the gate was never asked
+		}
 		return fmt.Sprintf("%d/%d", a.PrefillLocal, a.PrefillRemote)
 	})
 	row("workers used", func(a *Aggregate) string { return workersUsedLine(a.Workers) })
