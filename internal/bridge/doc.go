@@ -15,9 +15,10 @@
 // applies batch n only after n-1. On a gap it asks the engine's replay
 // socket for the missing batches; on a restart (a sequence number lower
 // than expected, or a new process_start_time_seconds) it clears the
-// worker, in band, and takes the new run from its first batch. When replay is not configured or does not reach back far enough,
-// the mirror cannot be trusted: the bridge clears it (a Cleared event), makes
-// the frontend resync (Publisher.Resync) and declines snapshots for
+// worker, in band, and takes the new run from its first batch. When
+// replay is not configured or does not reach back far enough, the mirror
+// cannot be trusted: the bridge clears it (a Cleared event), makes the
+// frontend resync (Publisher.Resync) and declines snapshots for
 // RebuildHold, so the frontend routes that worker on its approximate index
 // meanwhile; after the hold it serves what it has seen since the clear. A
 // batch whose payload does not decode is such a loss too. Frames that do
