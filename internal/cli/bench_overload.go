@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -14,8 +13,7 @@ import (
 // runBenchOverload is `switchyard bench overload`: the closed-loop tenant
 // and priority mix of docs/overload.md against any deployment.
 func runBenchOverload(ctx context.Context, args []string, env Env) int {
-	fs := flag.NewFlagSet("bench overload", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
+	fs := newFlagSet("bench overload", "Closed-loop clients per tenant and priority (--mix) past capacity: per class, requests sent,\nserved, shed (with Retry-After), 5xx and abandoned, TTFT p50/p99 and the share of served tokens\n(see docs/overload.md).\n\n  switchyard bench overload --url http://127.0.0.1:8000 --keys alpha=sk-alpha,beta=sk-beta --duration 20s")
 	var cfg bench.OverloadConfig
 	var mix, keys, jsonPath, plotPath string
 	fs.StringVar(&cfg.URL, "url", "http://127.0.0.1:8000", "frontend base URL")
@@ -30,11 +28,15 @@ func runBenchOverload(ctx context.Context, args []string, env Env) int {
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed of the prompts")
 	fs.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file (- for stdout instead of the table)")
 	fs.StringVar(&plotPath, "plot", "", "also write bar charts of each class's outcomes (PNG) and, with -ttft before .png, their TTFT")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
+	if code := parseFlags(fs, args, env); code >= 0 {
+		return code
+	}
+	cfg.URL = frontendURL(cfg.URL)
+	for _, o := range []struct{ flag, path string }{{"--json", jsonPath}, {"--plot", plotPath}} {
+		if err := checkOutput(o.flag, o.path); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
+			return ExitUsage
 		}
-		return ExitUsage
 	}
 	var err error
 	if cfg.Mix, err = bench.ParseOverloadMix(mix, keys); err != nil {

@@ -27,6 +27,10 @@ func TestBenchUsageErrors(t *testing.T) {
 		{"negative trace concurrency", []string{"bench", "trace", "--trace", "t.jsonl", "--concurrency", "-3"}, "--concurrency -3"},
 		{"negative warmup", []string{"bench", "routing", "--warmup", "-2"}, "--warmup -2"},
 		{"concurrency not a number", []string{"bench", "routing", "--concurrency", "many"}, "not an integer"},
+		// bench overload parses its own flags, to the same rules: one
+		// line, and an output it could not write refused before the run.
+		{"overload unknown flag", []string{"bench", "overload", "--bogus"}, "unknown flag --bogus; see `switchyard bench overload --help`"},
+		{"overload json in a missing directory", []string{"bench", "overload", "--url", "http://127.0.0.1:1", "--json", "/nonexistent/o.json"}, "--json /nonexistent/o.json: directory /nonexistent does not exist"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

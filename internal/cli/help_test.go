@@ -19,6 +19,7 @@ func TestEveryHelpExitsZeroOnStdout(t *testing.T) {
 	for s := range benchScenarios {
 		lines = append(lines, []string{"bench", string(s), "--help"}, []string{"help", "bench", string(s)})
 	}
+	lines = append(lines, []string{"bench", "overload", "--help"}, []string{"help", "bench", "overload"})
 	lines = append(lines, []string{"--help"}, []string{"-h"}, []string{"help"}, []string{"--version"}, []string{"-v"})
 	for _, args := range lines {
 		var out, errb bytes.Buffer

@@ -43,6 +43,9 @@ which keeps it out of the process list.
 			for s := range benchScenarios {
 				scenarios = append(scenarios, string(s))
 			}
+			// bench overload parses its own flags (its clients are
+			// tenants, not one load shape), so it is not in benchScenarios.
+			scenarios = append(scenarios, "overload")
 			slices.Sort(scenarios)
 			for _, s := range scenarios {
 				fmt.Fprintf(&b, "\n### switchyard bench %s\n\n", s)
