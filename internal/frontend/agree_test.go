@@ -406,3 +406,23 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestAgreementSkipsUntrustedIndex: while a worker's events are not healthy
+// (an outage, a resync), the index is known to lag its engine and is not
+// judged, so the blind answers of that time cannot keep the worker
+// inconsistent after its resync; once healthy again it is judged.
+func TestAgreementSkipsUntrustedIndex(t *testing.T) {
+	w := newFakeWorker(t, "w-a")
+	ev := &fakeEvents{m: map[string]EventStatus{"w-a": {State: "resyncing"}}}
+	h := &agreeHarness{harness: newHarness(t, Config{}, Deps{Index: fakeIndex{}, Events: ev}, w.worker(RoleAggregated)), w: w}
+	h.set(0, 592)
+	h.send(t, 2*agreeTripMajority, false)
+	if ag := h.health(t).Agreement; ag.Requests != 0 || ag.Inconsistent {
+		t.Fatalf("while resyncing: agreement %+v, want nothing judged", ag)
+	}
+	ev.set("w-a", EventStatus{State: StateHealthy})
+	h.send(t, agreeTripMajority, false)
+	if ag := h.health(t).Agreement; ag.Requests != agreeTripMajority || !ag.Inconsistent {
+		t.Errorf("healthy again: agreement %+v, want %d judged and inconsistent", ag, agreeTripMajority)
+	}
+}

@@ -585,12 +585,33 @@ func (d *Decision) indexOverlap() int {
 	return d.OverlapBlocks
 }
 
+// indexTrusted reports whether worker id's index is in a state to be
+// judged: its events healthy and the bus up. While either is not, the index
+// is known to lag the engine (events lost in an outage come back with the
+// resync's snapshot) and the worker is routed approximately already;
+// judging it then filled the window with blind answers that kept a worker
+// inconsistent well after the resync had made its index right.
+func (s *Server) indexTrusted(id string) bool {
+	if s.deps.Bus != nil && s.deps.Bus.BusStatus().Down {
+		return false
+	}
+	if s.deps.Events != nil {
+		if st, ok := s.deps.Events.EventStatus(id); ok && st.State != StateHealthy {
+			return false
+		}
+	}
+	return true
+}
+
 // agreeOn judges the index's prediction for rt against the usage its
 // worker answered with (see agree.go). The decode worker of a remote
 // prefill counts the KV it pulled as cached, which no index predicts, so
 // it is not judged.
 func (s *Server) agreeOn(rt *route, pr *parsedRequest, u *openai.Usage) {
 	if rt.gated && rt.gate.Remote {
+		return
+	}
+	if !s.indexTrusted(rt.target.ID) {
 		return
 	}
 	gpu := -1 // unknown: the tiers are the approximate index's, or not known
