@@ -83,6 +83,16 @@ func runPreflight(ctx context.Context, args []string, env Env) int {
 	if code >= 0 {
 		return code
 	}
+	if cfg.Model == "" {
+		models, err := preflight.FleetModels(ctx, cfg)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard preflight: %v\n", err)
+			return ExitFail
+		}
+		if len(models) > 0 {
+			return preflightFleet(ctx, cfg, models, jsonPath, mdPath, env)
+		}
+	}
 	rep, err := preflight.Run(ctx, cfg, env.Stderr)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard preflight: %v\n", err)
@@ -140,4 +150,35 @@ func writeMarkdown(path string, rep *preflight.Report) error {
 		werr = fmt.Errorf("--markdown: %w", cerr)
 	}
 	return werr
+}
+
+// preflightFleet checks each model of a frontend that serves several, one
+// after another, printing each report; it fails if any model fails.
+// Reports to files are one per run, so --json and --markdown then need
+// --model.
+func preflightFleet(ctx context.Context, cfg preflight.Config, models []string, jsonPath, mdPath string, env Env) int {
+	if jsonPath != "" || mdPath != "" {
+		fmt.Fprintf(env.Stderr, "switchyard preflight: the frontend serves %d models (%s): with --json or --markdown, check one with --model NAME\n", len(models), strings.Join(models, ", "))
+		return ExitUsage
+	}
+	code := ExitOK
+	for _, m := range models {
+		cfg.Model = m
+		fmt.Fprintf(env.Stderr, "preflight: model %s\n", m)
+		rep, err := preflight.Run(ctx, cfg, env.Stderr)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard preflight: model %s: %v\n", m, err)
+			return ExitFail
+		}
+		fmt.Fprintf(env.Stdout, "model %s\n", m)
+		if err := preflight.WriteTable(env.Stdout, rep); err != nil {
+			fmt.Fprintf(env.Stderr, "switchyard preflight: %v\n", err)
+			return ExitFail
+		}
+		fmt.Fprintf(env.Stderr, "preflight: model %s: %s\n", m, rep.Verdict)
+		if rep.Failed() {
+			code = ExitFail
+		}
+	}
+	return code
 }

@@ -459,3 +459,19 @@ func (c *client) lookupBody(key string, v any) map[string]any {
 	}
 	return b
 }
+
+// FleetModels returns the base models of a frontend that serves several
+// ([] when it serves one): preflight's checks run per model, with
+// Config.Model naming each.
+func FleetModels(ctx context.Context, cfg Config) ([]string, error) {
+	c := newClient(&cfg)
+	defer c.close()
+	h, err := c.health(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if h.Model != "" || len(h.Models) < 2 {
+		return nil, nil
+	}
+	return h.Models, nil
+}

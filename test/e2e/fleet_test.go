@@ -293,3 +293,20 @@ func TestFleetAdapterAtRunTime(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the unloaded adapter gone from /v1/models", func() bool { return !listed("sql-lora") })
 }
+
+// TestFleetPreflight: preflight checks each model of a fleet on its own
+// workers and passes both.
+func TestFleetPreflight(t *testing.T) {
+	t.Parallel()
+	url := up(t, "--model", "qwen3-0.6b,llama-3.1-8b", "--gpu", "h100", "--workers", "4", "--speedup", "20")
+	out, err := exec.Command(binary(t), "preflight", "--url", url).Output()
+	if err != nil {
+		t.Fatalf("preflight: %v\n%s", err, out)
+	}
+	for _, m := range []string{"qwen3-0.6b", "llama-3.1-8b"} {
+		i := strings.Index(string(out), "model "+m+"\n")
+		if i < 0 || !strings.Contains(string(out[i:]), "verdict: PASS") {
+			t.Errorf("no passing report for %s:\n%s", m, out)
+		}
+	}
+}
