@@ -437,3 +437,28 @@ func TestStopSequence(t *testing.T) {
 		}
 	}
 }
+
+// TestNativeStreamTimings: a stream relayed in the API's own events counts
+// one TTFT and one ITL gap between each two text deltas, as a chat stream
+// does; the events that repeat the text are not tokens.
+func TestNativeStreamTimings(t *testing.T) {
+	w := newSimWorker(t)
+	h := newHarness(t, Config{}, Deps{}, w.worker("w-native", APIMessages, APIResponses))
+	for path, body := range map[string]string{
+		"/v1/messages":  `{"model":"qwen3-0.6b","max_tokens":20,"stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+		"/v1/responses": `{"model":"qwen3-0.6b","max_output_tokens":20,"stream":true,"input":"hi"}`,
+	} {
+		ttft0, itl0 := value(t, h.s.m.ttft), value(t, h.s.m.itl)
+		resp, b := h.do(t, "POST", path, body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
+		}
+		deltas := strings.Count(string(b), "event: content_block_delta\n") + strings.Count(string(b), "event: response.output_text.delta\n")
+		if got := value(t, h.s.m.ttft) - ttft0; got != 1 {
+			t.Errorf("%s: %v TTFT samples, want 1", path, got)
+		}
+		if got := value(t, h.s.m.itl) - itl0; deltas < 1 || int(got) != deltas-1 {
+			t.Errorf("%s: %v ITL samples for %d text deltas, want one fewer", path, got, deltas)
+		}
+	}
+}

@@ -528,7 +528,7 @@ func (s *Server) inspect(p []byte, st *relayState) {
 		st.sawError = true
 		return
 	}
-	if hasText(p, contentKey) || hasText(p, textKey) || st.native && hasText(p, deltaKey) {
+	if st.native && nativeText(p) || !st.native && (hasText(p, contentKey) || hasText(p, textKey)) {
 		now := time.Now()
 		if st.ttft == 0 {
 			st.ttft = max(now.Sub(st.start), time.Nanosecond)
@@ -550,6 +550,15 @@ func (s *Server) inspect(p []byte, st *relayState) {
 		}
 	}
 }
+
+// nativeText reports whether a Messages or Responses stream payload is a
+// text delta: their other events (content_part.done, output_text.done)
+// repeat text already counted.
+func nativeText(p []byte) bool {
+	return hasText(p, deltaKey) || bytes.Contains(p, textDeltaType) && hasText(p, textKey)
+}
+
+var textDeltaType = []byte(`"text_delta"`)
 
 // hasText reports whether p holds key followed by a non-empty string.
 func hasText(p, key []byte) bool {
