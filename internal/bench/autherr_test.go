@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -30,3 +31,21 @@ func TestAggregatedRunHasNoPrefillSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestPlotColoursDistinct: no two line colours of a plot are near each
+// other (plotutil's palette has two reds 42 apart in RGB).
+func TestPlotColoursDistinct(t *testing.T) {
+	for i := range 7 {
+		for j := i + 1; j < 7; j++ {
+			a, b := PlotColor(i), PlotColor(j)
+			ar, ag, ab, _ := a.RGBA()
+			br, bg, bb, _ := b.RGBA()
+			d := math.Sqrt(sq(float64(ar>>8)-float64(br>>8)) + sq(float64(ag>>8)-float64(bg>>8)) + sq(float64(ab>>8)-float64(bb>>8)))
+			if d < 60 {
+				t.Errorf("colours %d and %d are %.0f apart in RGB, want at least 60", i, j, d)
+			}
+		}
+	}
+}
+
+func sq(x float64) float64 { return x * x }

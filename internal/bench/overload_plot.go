@@ -6,7 +6,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -45,7 +44,7 @@ func WriteOverloadPlots(path string, r *OverloadReport) error {
 			if err != nil {
 				return fmt.Errorf("bench: plot %s: %w", labels[i], err)
 			}
-			b.Color = plotutil.Color(i)
+			b.Color = PlotColor(i)
 			b.LineStyle.Width = 0
 			b.Offset = w * vg.Length(float64(i)-float64(len(vals)-1)/2)
 			p.Add(b)

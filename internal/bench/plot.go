@@ -11,7 +11,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -139,7 +138,7 @@ func WritePlots(path string, rep *Report) error {
 			if err != nil {
 				return fmt.Errorf("bench: plot %s: %w", name, err)
 			}
-			l.Color, l.Width, l.Dashes = plotutil.Color(i), vg.Points(1.5), []vg.Length{vg.Points(4), vg.Points(3)}
+			l.Color, l.Width, l.Dashes = PlotColor(i), vg.Points(1.5), []vg.Length{vg.Points(4), vg.Points(3)}
 			p.Add(l)
 			if len(c.xys) == 0 {
 				leg.Add(name, l)
@@ -216,6 +215,25 @@ const (
 	plotH = 4.5 * vg.Inch
 )
 
+// palette is Okabe and Ito's colour-blind-safe set, darkest first: no two
+// of its colours are near each other, as two of plotutil's reds are.
+var palette = []color.Color{
+	color.RGBA{0, 114, 178, 255},   // blue
+	color.RGBA{213, 94, 0, 255},    // vermillion
+	color.RGBA{0, 158, 115, 255},   // bluish green
+	color.RGBA{204, 121, 167, 255}, // reddish purple
+	color.RGBA{230, 159, 0, 255},   // orange
+	color.RGBA{86, 180, 233, 255},  // sky blue
+	color.RGBA{0, 0, 0, 255},       // black
+	color.RGBA{240, 228, 66, 255},  // yellow
+}
+
+// PlotColor is the i-th line colour of every plot bench and simulate draw.
+func PlotColor(i int) color.Color { return palette[i%len(palette)] }
+
+// SavePlot is savePlot for the other commands' plots.
+func SavePlot(p *plot.Plot, leg plot.Legend, path string) error { return savePlot(p, leg, path) }
+
 // savePlot writes p as a PNG with leg to the right of the data, never on
 // it.
 func savePlot(p *plot.Plot, leg plot.Legend, path string) error {
@@ -256,7 +274,7 @@ func addLine(p *plot.Plot, leg *plot.Legend, i int, name string, xys plotter.XYs
 	if err != nil {
 		return fmt.Errorf("bench: plot %s: %w", name, err)
 	}
-	l.Color = plotutil.Color(i)
+	l.Color = PlotColor(i)
 	l.Width = vg.Points(1.5)
 	p.Add(l)
 	leg.Add(name, l)
@@ -360,8 +378,8 @@ func writeSizesPlot(path string, rep *Report) error {
 			if err != nil {
 				return fmt.Errorf("bench: plot %s: %w", name, err)
 			}
-			l.Color, l.Width = plotutil.Color(i), vg.Points(1.5)
-			pts.Color, pts.Radius = plotutil.Color(i), vg.Points(3)
+			l.Color, l.Width = PlotColor(i), vg.Points(1.5)
+			pts.Color, pts.Radius = PlotColor(i), vg.Points(3)
 			p.Add(l, pts)
 			leg.Add(name+": measured p50", l, pts)
 		}
@@ -370,7 +388,7 @@ func writeSizesPlot(path string, rep *Report) error {
 			if err != nil {
 				return fmt.Errorf("bench: plot %s: %w", name, err)
 			}
-			l.Color, l.Width, l.Dashes = plotutil.Color(i), vg.Points(1.5), []vg.Length{vg.Points(4), vg.Points(3)}
+			l.Color, l.Width, l.Dashes = PlotColor(i), vg.Points(1.5), []vg.Length{vg.Points(4), vg.Points(3)}
 			p.Add(l)
 			leg.Add(name+": gate's prediction", l)
 		}

@@ -59,7 +59,7 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	leg := plot.NewLegend() // drawn beside the data, never on it
 	// With a link and a disagg dimension that includes never, plot each
 	// mode's TTFT p50 as a multiple of never's at the same point: below 1
 	// is where disaggregation starts to pay.
@@ -80,7 +80,7 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 	pts := Points(dims)
 	if relative {
 		p.Title.Text = "disaggregation against standalone (disagg never), by link rate"
-		p.Y.Label.Text = "TTFT p50 ÷ TTFT p50 with disagg never (log scale)"
+		p.Y.Label.Text = "TTFT p50 ÷ never's (log scale)"
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 		for i, pt := range pts {
@@ -141,7 +141,7 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 		if err != nil {
 			return fmt.Errorf("simulate: plot %s: %w", name, err)
 		}
-		l.Color = plotutil.Color(i)
+		l.Color = bench.PlotColor(i)
 		l.Dashes = plotutil.Dashes(i / 7)
 		l.Width = vg.Points(1.5)
 		pts, _ := plotter.NewScatter(series[name])
@@ -150,7 +150,7 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 		if name == "" {
 			name = "TTFT p50"
 		}
-		p.Legend.Add(name, l)
+		leg.Add(name, l)
 	}
 	if relative && len(pts) > 0 {
 		lo, hi := math.Inf(1), math.Inf(-1)
@@ -164,14 +164,11 @@ func WriteSweepPlot(path string, dims []Dim, reps []*bench.Report) error {
 			if err == nil {
 				one.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
 				p.Add(one)
-				p.Legend.Add("disagg never (standalone) = 1", one)
+				leg.Add("disagg never (standalone) = 1", one)
 			}
 		}
 	}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("simulate: save plot %s: %w", path, err)
-	}
-	return nil
+	return bench.SavePlot(p, leg, path)
 }
 
 func indexOf(xs []string, x string) int {
