@@ -106,6 +106,7 @@ func TestThirdPartyWireRoutingTable(t *testing.T) {
 		name    string
 		args    []string
 		healthy bool // the index must keep up: healthy, every decision from KV events
+		batched bool // events batched by count: the last batch may be held once the run is over
 		hits    int
 		dec     map[string]int
 	}
@@ -114,7 +115,7 @@ func TestThirdPartyWireRoutingTable(t *testing.T) {
 	}
 	rows := []*row{
 		{name: "kv", args: with("kv"), healthy: true},
-		{name: "kv, batches of 4 events", args: with("kv", "--kv-events-batch", "4"), healthy: true},
+		{name: "kv, batches of 4 events", args: with("kv", "--kv-events-batch", "4"), healthy: true, batched: true},
 		{name: "kv, batches of 16 events", args: with("kv", "--kv-events-batch", "16")},
 		{name: "round-robin", args: with("round-robin")},
 	}
@@ -132,7 +133,14 @@ func TestThirdPartyWireRoutingTable(t *testing.T) {
 				if d := w.Drift; d.OrphanParent != 0 || d.RemovedUnknownBlock != 0 || d.BadEvent != 0 || d.Rebuilds != 0 {
 					t.Errorf("%s: drift %+v, want nothing dropped", w.ID, *d)
 				}
-				if r.healthy && (w.Events.State != "healthy" || w.Events.Blocks < 100 || w.Drift.Events == 0) {
+				// An engine that batches by count holds the events of the
+				// run's last requests until a batch fills, which at rest is
+				// never: once the run is over the frontend may rightly say
+				// it expected events and saw none. What the row asks is that
+				// the index kept up while it routed (no approximate decision
+				// below) and holds the run's blocks.
+				heldBack := r.batched && w.Events.State == "silent" && strings.Contains(w.Events.Cause, "since a request routed")
+				if r.healthy && (w.Events.State != "healthy" && !heldBack || w.Events.Blocks < 100 || w.Drift.Events == 0) {
 					t.Errorf("%s: event state %q with %d blocks, %d events; want healthy with the run's blocks", w.ID, w.Events.State, w.Events.Blocks, w.Drift.Events)
 				}
 			}
