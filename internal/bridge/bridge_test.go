@@ -3,8 +3,10 @@ package bridge
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,5 +360,45 @@ func TestBridgeDrainSurvivesNamesRefresh(t *testing.T) {
 	case idle := <-drained:
 		t.Errorf("drain returned %v while the engine reports requests running", idle)
 	default:
+	}
+}
+
+// countHandler counts the log records whose message starts with prefix.
+type countHandler struct {
+	prefix string
+	n      *atomic.Int64
+}
+
+func (h countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h countHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countHandler) WithGroup(string) slog.Handler      { return h }
+
+// An engine that comes back serving another model is reported once, not
+// at every refresh of its names, and the registry entry keeps the model
+// the bridge registered.
+func TestBridgeOtherModelWarnedOnce(t *testing.T) {
+	r := newRig(t, vllmpub.Config{})
+	var warned atomic.Int64
+	other := `{"object":"list","data":[{"id":"meta-llama/Llama-3.1-8B","object":"model","max_model_len":8192}]}`
+	b := r.startBridge(func(c *Config) {
+		c.NamesEvery = 20 * time.Millisecond
+		c.Logger = slog.New(countHandler{"the engine now serves another model", &warned})
+	})
+	r.models.Store(&other)
+	waitFor(t, "the warning", func() bool { return warned.Load() > 0 })
+	// Ten more refreshes, each a read of the engine's /v1/models.
+	from := r.reads.Load()
+	waitFor(t, "ten more refreshes", func() bool { return r.reads.Load() >= from+10 })
+	if n := warned.Load(); n != 1 {
+		t.Errorf("warned %d times over about ten refreshes, want once", n)
+	}
+	if m := b.Info().Model; m != "Qwen/Qwen3-0.6B" {
+		t.Errorf("registered model %q, want the one the bridge started with", m)
 	}
 }

@@ -129,9 +129,12 @@ func (b *Bridge) refreshNames(ctx context.Context, every time.Duration) error {
 			continue
 		}
 		b.mu.Lock()
+		// b.names is what the engine listed last, registered or not, so
+		// that a change (another model is one) is acted on and logged
+		// once, not at every refresh.
 		same := m.sameNames(b.names)
-		if !same && m.base == b.names.base {
-			b.names = m
+		b.names = m
+		if !same && m.base == b.info.Model {
 			b.info.Aliases, b.info.Adapters = m.aliases, m.adapters
 		}
 		info := b.info

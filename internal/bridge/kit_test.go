@@ -78,17 +78,21 @@ func (x *memIndex) hashes(w string) []uint64 {
 // fakeEngine serves what a bridge reads from vLLM's HTTP API; started is
 // its process_start_time_seconds.
 func fakeEngine(t testing.TB, started *atomic.Int64) *httptest.Server {
-	return fakeEngineModels(t, started, nil)
+	return fakeEngineModels(t, started, nil, nil)
 }
 
 // baseModels is what fakeEngine's GET /v1/models lists by default.
 const baseModels = `{"object":"list","data":[{"id":"Qwen/Qwen3-0.6B","object":"model","max_model_len":40960}]}`
 
 // fakeEngineModels is fakeEngine whose GET /v1/models body is models (nil:
-// baseModels), which the test may change while it runs.
-func fakeEngineModels(t testing.TB, started *atomic.Int64, models *atomic.Pointer[string]) *httptest.Server {
+// baseModels), which the test may change while it runs; reads (if not
+// nil) counts the requests for it.
+func fakeEngineModels(t testing.TB, started *atomic.Int64, models *atomic.Pointer[string], reads *atomic.Int64) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/models", func(rw http.ResponseWriter, _ *http.Request) {
+		if reads != nil {
+			reads.Add(1)
+		}
 		body := baseModels
 		if models != nil {
 			body = *models.Load()
@@ -130,6 +134,7 @@ type rig struct {
 	br     *Bridge
 	start  atomic.Int64
 	models atomic.Pointer[string] // the engine's GET /v1/models body
+	reads  atomic.Int64           // GET /v1/models requests served
 }
 
 func newRig(t testing.TB, pcfg vllmpub.Config) *rig {
@@ -139,7 +144,7 @@ func newRig(t testing.TB, pcfg vllmpub.Config) *rig {
 	r.start.Store(1764000000)
 	m := baseModels
 	r.models.Store(&m)
-	r.engine = fakeEngineModels(t, &r.start, &r.models)
+	r.engine = fakeEngineModels(t, &r.start, &r.models, &r.reads)
 	r.subj, _ = bus.NewSubjects("")
 	var err error
 	r.cons, err = kvevents.NewConsumer(kvevents.ConsumerConfig{NC: bustest.Connect(t, srv.ClientURL()), Subjects: r.subj, Index: r.idx})
