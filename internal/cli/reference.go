@@ -21,8 +21,8 @@ Generated from the commands' flags by ` + "`go run ./internal/cli/gendocs > docs
 this file differs from what it generates. ` + "`switchyard CMD --help`" + ` (or ` + "`switchyard help CMD`" + `) prints the
 same text.
 
-Exit codes, for every command: **0** ok; **1** the command ran and something failed (a check, a server that is
-not there); **2** the command line was wrong (an unknown flag, a bad
+Exit codes, for every command: **0** ok; **1** the command ran and something failed (a check, requests past
+` + "`bench --max-error-rate`" + `, a server that is not there); **2** the command line was wrong (an unknown flag, a bad
 value, a missing input file). Data goes to stdout; progress, warnings and logs to stderr. A flag that takes a key
 also reads it from the environment (` + "`$" + envAPIKey + "`, `$" + envAdminKey + "`, `$" + envWorkerKey + "`" + `),
 which keeps it out of the process list.
