@@ -88,13 +88,3 @@ type Adapter struct {
 func (w *WorkerInfo) ServesBase(name string) bool {
 	return name == w.Model || slices.Contains(w.Aliases, name)
 }
-
-// HasAdapter reports whether w serves the LoRA adapter name.
-func (w *WorkerInfo) HasAdapter(name string) bool {
-	for i := range w.Adapters {
-		if w.Adapters[i].Name == name {
-			return true
-		}
-	}
-	return false
-}
