@@ -52,6 +52,10 @@ type Config struct {
 	// EngineURL is the engine's OpenAI endpoint, e.g. http://10.0.0.5:8000;
 	// it is what the registry gives the frontend.
 	EngineURL string
+	// APIs are the endpoints beyond chat and completions the engine
+	// serves, as the registry names them; nil: probe the engine for them
+	// at start (an empty list: none).
+	APIs []string
 	// Model and MaxModelLen: "" / 0 means take the engine's (GET
 	// /v1/models); when given and the engine disagrees, Start fails.
 	Model       string
@@ -305,7 +309,10 @@ func Start(ctx context.Context, cfg Config) (*Bridge, error) {
 	b.info = bus.WorkerInfo{ID: cfg.ID, Role: cfg.Role, Model: model, HTTPURL: cfg.EngineURL, BlockSize: cfg.BlockSize,
 		KVBytesPerToken: cfg.KVBytesPerToken, KVBlocks: b.st.Load.TotalBlocks, KVEventsEnabled: true, Epoch: b.pub.Epoch(),
 		MaxModelLen: maxLen, StartedUnixMilli: time.Now().UnixMilli(), Profile: bus.Profile{Model: model, KVBytesPerToken: cfg.KVBytesPerToken},
-		APIs: b.probeAPIs(ctx), Aliases: b.names.aliases, Adapters: b.names.adapters}
+		APIs: cfg.APIs, Aliases: b.names.aliases, Adapters: b.names.adapters}
+	if cfg.APIs == nil {
+		b.info.APIs = b.probeAPIs(ctx)
+	}
 	if cfg.Profile.PeakFLOPS > 0 {
 		b.info.Profile = cfg.Profile
 		if cfg.KVBytesPerToken > 0 {

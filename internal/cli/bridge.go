@@ -65,6 +65,19 @@ func parseBridgeFlags(fs *flag.FlagSet, f workerFlags, env Env) (workerFlags, in
 	if !set["id"] {
 		b.ID = f.engine + "-0"
 	}
+	switch f.engineAPIs {
+	case "auto", "":
+	case "none":
+		b.APIs = []string{}
+	default:
+		for _, a := range strings.Split(f.engineAPIs, ",") {
+			a = strings.TrimSpace(a)
+			if a != "messages" && a != "responses" && a != "embeddings" {
+				return bad("--engine-apis %q: want auto, none, or a comma list of messages, responses, embeddings", f.engineAPIs)
+			}
+			b.APIs = append(b.APIs, a)
+		}
+	}
 	switch {
 	case b.EngineURL == "":
 		return bad("--engine %s needs --engine-url http://HOST:PORT (the engine's OpenAI endpoint)", f.engine)

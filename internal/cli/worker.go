@@ -23,6 +23,7 @@ func init() {
 
 // workerFlags are the worker's command-line settings.
 type workerFlags struct {
+	engineAPIs string // --engine-apis
 	engine    string
 	tokenizer string
 	logLevel  string
@@ -63,6 +64,7 @@ func parseWorkerFlags(args []string, env Env) (workerFlags, int) {
 	fs.StringVar(&f.bridge.Topic, "kv-topic", "", "vllm/sglang: take only messages whose topic starts with this")
 	fs.StringVar(&f.bridge.EngineURL, "engine-url", "", "vllm/sglang: the engine's OpenAI endpoint, e.g. http://HOST:8000 (registered as the worker's URL)")
 	fs.IntVar(&f.bridge.MaxModelLen, "max-model-len", 0, "vllm/sglang: expected max_model_len (0: the engine's); a mismatch refuses to start")
+	fs.StringVar(&f.engineAPIs, "engine-apis", "auto", "vllm/sglang: the endpoints beyond chat and completions the engine serves, registered for the frontend: auto (probe each at start), none, or a comma list of messages, responses, embeddings")
 	fs.IntVar(&f.bridge.KVBytesPerToken, "kv-bytes-per-token", 0, "vllm/sglang: KV cache bytes per token, for the disaggregation gate (2 × layers × KV heads × head dim × dtype bytes)")
 	fs.StringVar(&f.modelConfig, "model-config", "", "vllm/sglang: the model's HuggingFace config.json, to derive --kv-bytes-per-token from layers, KV heads, head dim and dtype")
 	fs.StringVar(&f.timingModel, "timing-model", "", "vllm/sglang with --gpu: the model preset whose timing, on --gpu × --tp, the gate predicts prefill with (default: --model when it names a preset)")
