@@ -24,18 +24,18 @@ func init() {
 // workerFlags are the worker's command-line settings.
 type workerFlags struct {
 	engineAPIs string // --engine-apis
-	engine    string
-	tokenizer string
-	logLevel  string
-	linkRate  string
-	events    kvEventsFlag
-	bus       busFlags
-	bridge    bridge.Config
-	wire      string // --kv-events-wire: "" (NATS) or vllm
-	wireArr   bool
-	quirks    vllmpub.Quirks
-	wireOld   bool
-	replay    string
+	engine     string
+	tokenizer  string
+	logLevel   string
+	linkRate   string
+	events     kvEventsFlag
+	bus        busFlags
+	bridge     bridge.Config
+	wire       string // --kv-events-wire: "" (NATS) or vllm
+	wireArr    bool
+	quirks     vllmpub.Quirks
+	wireOld    bool
+	replay     string
 	// --model-config and --kv-cache-dtype: a bridge's KV bytes per token.
 	modelConfig, kvCacheDtype string
 	timingModel               string // --timing-model: a bridge's model preset for its timing profile
