@@ -298,7 +298,10 @@ func TestFleetAdapterAtRunTime(t *testing.T) {
 // workers and passes both.
 func TestFleetPreflight(t *testing.T) {
 	t.Parallel()
-	url := up(t, "--model", "qwen3-0.6b,llama-3.1-8b", "--gpu", "h100", "--workers", "4", "--speedup", "20")
+	// Real-time and the default GPU, as TestPreflightHealthy: the
+	// same-prefix probe compares wall-clock TTFTs, which a fast preset or
+	// a speedup shrinks into the noise of a busy host.
+	url := up(t, "--model", "qwen3-0.6b,llama-3.1-8b", "--workers", "4")
 	out, err := exec.Command(binary(t), "preflight", "--url", url).Output()
 	if err != nil {
 		t.Fatalf("preflight: %v\n%s", err, out)
