@@ -248,6 +248,12 @@ func TestDashboard(t *testing.T) {
 			b.evalInt(`document.getElementById("chart-hit").dataset.samples`) >= 1 &&
 			b.evalInt(`document.querySelectorAll("#chart-ttft circle").length`) >= 1
 	})
+	// A healthy worker's events line says what its stream is doing now, not
+	// the resync it started with.
+	if txt := b.evalString(`Array.from(document.querySelectorAll('tr[data-state="healthy"] td.events .cause')).map(e => e.textContent).join("|")`); txt == "" ||
+		!regexp.MustCompile(`^(seq \d+ · \d+ batches · \d+ blocks\|?)+$`).MatchString(txt) {
+		t.Errorf("healthy workers' events lines %q, want seq, batches and blocks", txt)
+	}
 	// Axis ticks are evenly spaced at 1, 2 or 5 × 10^k.
 	for _, id := range []string{"chart-req", "chart-ttft", "chart-hit"} {
 		labels := b.evalString(`Array.from(document.querySelectorAll("#` + id + ` text.tick")).map(t => t.textContent).join("|")`)
