@@ -3,11 +3,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,27 +64,9 @@ func settledHealth(t testing.TB, url string) bridgedHealth {
 // policy, by outcome (hit, approx_hit, miss).
 func decisions(t testing.TB, url, policy string) map[string]int {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
 	out := map[string]int{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "switchyard_router_decisions_total{") || !strings.Contains(line, `policy="`+policy+`"`) {
-			continue
-		}
-		i := strings.Index(line, `outcome="`)
-		j := strings.LastIndexByte(line, ' ')
-		if i < 0 || j < 0 {
-			continue
-		}
-		outcome := line[i+len(`outcome="`):]
-		outcome = outcome[:strings.IndexByte(outcome, '"')]
-		v, _ := strconv.ParseFloat(line[j+1:], 64)
-		out[outcome] += int(v)
+	for _, o := range []string{"hit", "approx_hit", "miss"} {
+		out[o] = int(metricSum(t, url, "switchyard_router_decisions_total{", `policy="`+policy+`"`, `outcome="`+o+`"`))
 	}
 	return out
 }
