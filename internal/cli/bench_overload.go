@@ -65,7 +65,7 @@ func runBenchOverload(ctx context.Context, args []string, env Env) int {
 			fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
 			return ExitFail
 		}
-		return ExitOK
+		return overloadVerdict(rep, env)
 	}
 	if err := bench.WriteOverloadTable(env.Stdout, rep); err != nil {
 		fmt.Fprintf(env.Stderr, "switchyard bench overload: %v\n", err)
@@ -82,6 +82,21 @@ func runBenchOverload(ctx context.Context, args []string, env Env) int {
 			return ExitFail
 		}
 		fmt.Fprintf(env.Stderr, "bench: wrote %s\n", jsonPath)
+	}
+	return overloadVerdict(rep, env)
+}
+
+// overloadVerdict fails a run in which nothing was served: shedding is what
+// an overload run expects, but a run whose every request failed measured no
+// deployment (none there, or every answer an error).
+func overloadVerdict(rep *bench.OverloadReport, env Env) int {
+	sent, served := 0, 0
+	for _, c := range rep.Classes {
+		sent, served = sent+c.Sent, served+c.Served
+	}
+	if served == 0 {
+		fmt.Fprintf(env.Stderr, "switchyard bench overload: none of %d requests was served; is a frontend answering at %s?\n", sent, rep.URL)
+		return ExitFail
 	}
 	return ExitOK
 }

@@ -43,6 +43,16 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
+// bench overload expects refusals, but a run that served nothing measured
+// no deployment: exit 1, as bench does against a server that is not there.
+func TestBenchOverloadUnreachableIsRuntimeFailure(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := Main(context.Background(), []string{"bench", "overload", "--url", "http://127.0.0.1:1", "--duration", "200ms", "--mix", "a:standard:2"}, nil, &out, &errb)
+	if code != ExitFail || !strings.Contains(errb.String(), "was served") {
+		t.Errorf("exit %d, stderr %q; want %d naming that nothing was served", code, errb.String(), ExitFail)
+	}
+}
+
 func TestBenchUnreachableIsRuntimeFailure(t *testing.T) {
 	var out, errb bytes.Buffer
 	// Port 1 on loopback refuses connections.
