@@ -32,6 +32,9 @@ type HealthWorker struct {
 	// tokens; 0 when the frontend does not report it.
 	KVBlocks  int `json:"kv_blocks,omitempty"`
 	BlockSize int `json:"block_size,omitempty"`
+	// KVBytesPerToken converts the KV bytes a decode worker pulled into
+	// tokens (Record.TransferredTokens); 0 when not reported.
+	KVBytesPerToken int64 `json:"kv_bytes_per_token,omitempty"`
 	// Profile is the timing profile a simulated worker registered; nil
 	// for engines that register none.
 	Profile *bus.Profile `json:"profile,omitempty"`

@@ -49,10 +49,20 @@ type Record struct {
 	E2ES     float64 `json:"e2e_s"`
 	Chunks   int     `json:"content_chunks"`
 
-	PromptTokens     int  `json:"prompt_tokens"`
-	CompletionTokens int  `json:"completion_tokens"`
-	CachedTokens     int  `json:"cached_tokens"`
-	CacheHit         bool `json:"cache_hit"` // cached >= the shared prefix's full blocks (routing only)
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	// CachedTokens is the prompt tokens served from the worker's own cache:
+	// usage cached_tokens less TransferredTokens, which a decode worker
+	// counts as cached but a remote prefill computed and sent.
+	CachedTokens int `json:"cached_tokens"`
+	// TransferredTokens is the KV a decode worker pulled from a remote
+	// prefill, from x-switchyard-kv-bytes and the worker's
+	// kv_bytes_per_token (0 when either is unknown).
+	TransferredTokens int `json:"transferred_tokens"`
+	// KVBytes is x-switchyard-kv-bytes: 0 for a local prefill, the bytes
+	// pulled for a remote one; nil when absent.
+	KVBytes  *int64 `json:"kv_bytes,omitempty"`
+	CacheHit bool   `json:"cache_hit"` // cached >= the shared prefix's full blocks (routing only)
 	// KVTiers splits CachedTokens by KV tier, from a worker with lower
 	// tiers (usage.prompt_tokens_details.switchyard_kv_tiers).
 	KVTiers *openai.KVTiers `json:"kv_tiers,omitempty"`
@@ -77,6 +87,7 @@ const (
 	HeaderPrefill       = "X-Switchyard-Prefill"
 	HeaderDisaggReason  = "X-Switchyard-Disagg-Reason"
 	HeaderPredictedTTFT = "X-Switchyard-Predicted-Ttft-Ms"
+	HeaderKVBytes       = "X-Switchyard-Kv-Bytes"
 )
 
 // ClientConfig configures a Client.
@@ -392,6 +403,9 @@ func (r *Record) headers(h http.Header) {
 	}
 	if v, err := strconv.ParseFloat(h.Get(HeaderPredictedTTFT), 64); err == nil {
 		r.PredictedTTFTMs = &v
+	}
+	if v, err := strconv.ParseInt(h.Get(HeaderKVBytes), 10, 64); err == nil && v >= 0 {
+		r.KVBytes = &v
 	}
 }
 

@@ -37,6 +37,10 @@ type fakeFrontend struct {
 
 const fakeModel = "fake-model"
 
+// fakeKVBytesPerToken is what the fake's workers report in /health: the
+// pulled bytes of a remote prefill convert to tokens with it.
+const fakeKVBytesPerToken = 1024
+
 func startFake(t testing.TB, f *fakeFrontend) *httptest.Server {
 	t.Helper()
 	f.policy, f.mode = "kv", "auto"
@@ -46,8 +50,8 @@ func startFake(t testing.TB, f *fakeFrontend) *httptest.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		openai.WriteJSON(w, map[string]any{"status": "ok", "block_size": 16, "workers": []map[string]any{
-			{"id": "w0", "role": "both", "events": map[string]string{"state": "healthy"}},
-			{"id": "w1", "role": "both", "events": map[string]string{"state": "healthy"}}}})
+			{"id": "w0", "role": "both", "kv_bytes_per_token": fakeKVBytesPerToken, "events": map[string]string{"state": "healthy"}},
+			{"id": "w1", "role": "both", "kv_bytes_per_token": fakeKVBytesPerToken, "events": map[string]string{"state": "healthy"}}}})
 	})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		openai.WriteJSON(w, openai.ModelList{Object: "list", Data: []openai.Model{{ID: fakeModel, Object: "model"}}})
@@ -167,13 +171,20 @@ func (f *fakeFrontend) complete(w http.ResponseWriter, r *http.Request) {
 	h.Set(HeaderWorker, "w"+strconv.Itoa(worker))
 	h.Set(HeaderOverlapTokens, strconv.Itoa(overlap[worker]*16))
 	h.Set(HeaderPolicy, policy)
+	cached := overlap[worker] * 16
 	if f.remoteAt > 0 {
 		if mode == "always" || (mode == "auto" && len(toks) >= f.remoteAt) {
+			// The decode worker pulls the blocks it lacks and then, as vLLM
+			// and the simulated engine do, reports them as cached.
+			pulled := (len(hashes) - overlap[worker]) * 16
+			cached += pulled
 			h.Set(HeaderPrefill, "remote")
 			h.Set(HeaderDisaggReason, "link_faster")
+			h.Set(HeaderKVBytes, strconv.Itoa(pulled*fakeKVBytesPerToken))
 		} else if mode != "never" {
 			h.Set(HeaderPrefill, "local")
 			h.Set(HeaderDisaggReason, "short_prompt")
+			h.Set(HeaderKVBytes, "0")
 		}
 		h.Set(HeaderPredictedTTFT, strconv.FormatFloat(float64(len(toks))/10, 'f', 1, 64))
 	}
@@ -192,7 +203,7 @@ func (f *fakeFrontend) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = sse.Event(openai.CompletionResponse{ID: "c", Object: "text_completion", Model: fakeModel, Choices: []openai.CompletionChoice{},
 		Usage: &openai.Usage{PromptTokens: len(toks), CompletionTokens: *req.MaxTokens, TotalTokens: len(toks) + *req.MaxTokens,
-			PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: overlap[worker] * 16}}})
+			PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: cached}}})
 	_ = sse.Done()
 }
 

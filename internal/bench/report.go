@@ -104,6 +104,12 @@ func WriteTable(w io.Writer, rep *Report) error {
 		}
 		return fmt.Sprintf("%d/%d", a.PrefillLocal, a.PrefillRemote)
 	})
+	row("KV transferred tokens", func(a *Aggregate) string {
+		if a.PrefillRemote == 0 {
+			return "-"
+		}
+		return fmt.Sprint(a.TransferredTokens)
+	})
 	row("workers used", func(a *Aggregate) string { return workersUsedLine(a.Workers) })
 	row("error kinds", func(a *Aggregate) string { return countsLine(a.ErrorKinds) })
 	if err := tw.Flush(); err != nil {
@@ -123,15 +129,15 @@ func WriteTable(w io.Writer, rep *Report) error {
 		}
 		fmt.Fprintf(w, "\nby prompt size%s:\n", policySuffix(r))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "prompt tokens\tn\tok\tTTFT p50 ms\tTTFT p99 ms\tE2E p50 ms\tcached\tlocal/remote\tpredicted TTFT ms\treasons")
+		fmt.Fprintln(tw, "prompt tokens\tn\tok\tTTFT p50 ms\tTTFT p99 ms\tE2E p50 ms\tcached\tlocal/remote\ttransferred\tpredicted TTFT ms\treasons")
 		for _, g := range r.Groups {
 			a := &g.Aggregate
 			pred := "-"
 			if g.PredictedTTFTMsMean != nil {
 				pred = fmt.Sprintf("%.1f", *g.PredictedTTFTMsMean)
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%.3f\t%d/%d\t%s\t%s\n", g.Key, a.Requests, a.OK,
-				ms(a.TTFT.P50), ms(a.TTFT.P99), ms(a.E2E.P50), a.HitRatio, a.PrefillLocal, a.PrefillRemote, pred, countsLine(g.DisaggReasons))
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%.3f\t%d/%d\t%d\t%s\t%s\n", g.Key, a.Requests, a.OK,
+				ms(a.TTFT.P50), ms(a.TTFT.P99), ms(a.E2E.P50), a.HitRatio, a.PrefillLocal, a.PrefillRemote, a.TransferredTokens, pred, countsLine(g.DisaggReasons))
 		}
 		if err := tw.Flush(); err != nil {
 			return fmt.Errorf("bench: write table: %w", err)

@@ -166,6 +166,46 @@ func TestDisaggSweepRecordsDecisions(t *testing.T) {
 	}
 }
 
+// KV a decode worker pulled from a remote prefill is reported as
+// transferred, not as a cache hit: a disagg always run of unique prompts
+// reported a hit ratio near 1 when the worker's cached_tokens were taken
+// as they came.
+func TestDisaggPulledKVIsNotACacheHit(t *testing.T) {
+	f := &fakeFrontend{remoteAt: 1000, adminKey: "adm"}
+	srv := startFake(t, f)
+	cfg := DefaultConfig()
+	cfg.Scenario, cfg.URL, cfg.AdminKey = ScenarioDisagg, srv.URL, "adm"
+	cfg.PromptTokens, cfg.Repeats, cfg.MaxTokens = []int{500, 1500}, 2, 2
+	cfg.DisaggModes = []string{"always", "auto"}
+	rep, err := Run(context.Background(), mustValidate(t, cfg), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Remote prefills move every full block of these unique prompts.
+	for i, want := range []int{2 * (500/16*16 + 1500/16*16), 2 * (1500 / 16 * 16)} {
+		a := rep.Runs[i].Aggregate
+		if a.OK != 4 || a.TransferredTokens != want || a.CachedTokens != 0 || a.HitRatio != 0 {
+			t.Errorf("disagg %s: ok %d, transferred %d, cached %d, hit ratio %.3f; want 4, %d, 0, 0",
+				rep.Runs[i].DisaggMode, a.OK, a.TransferredTokens, a.CachedTokens, a.HitRatio, want)
+		}
+	}
+	for _, r := range rep.Runs[1].Records {
+		if r.Warmup {
+			continue
+		}
+		if want := map[string]int{"local": 0, "remote": 1488}[r.Prefill]; r.TransferredTokens != want {
+			t.Errorf("%s prefill of %d tokens: transferred %d, want %d", r.Prefill, r.PromptTokens, r.TransferredTokens, want)
+		}
+	}
+	var out strings.Builder
+	if err := WriteTable(&out, rep); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`KV transferred tokens\s+3968\s+2976`).MatchString(out.String()) {
+		t.Errorf("table lacks the transferred tokens 3968 and 2976:\n%s", out.String())
+	}
+}
+
 func TestTraceReplayMooncake(t *testing.T) {
 	f := &fakeFrontend{}
 	srv := startFake(t, f)

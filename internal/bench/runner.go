@@ -160,6 +160,10 @@ func runPlan(ctx context.Context, cfg Config, plan Plan, c *Client, progress *Pr
 		return nil, err
 	}
 	rep.Deployment = h
+	perToken := map[string]int64{}
+	for _, w := range h.Workers {
+		perToken[w.ID] = w.KVBytesPerToken
+	}
 	if why := h.NotFrontend(); why != "" {
 		progress.Note(fmt.Sprintf("%s is not a Switchyard frontend: %s; requests go to it directly, without routing (point --url at the frontend to measure the deployment)", c.base, why))
 		if len(cfg.Policies) > 0 || len(cfg.DisaggModes) > 0 {
@@ -276,6 +280,7 @@ func runPlan(ctx context.Context, cfg Config, plan Plan, c *Client, progress *Pr
 		recs, wall, derr := dispatch(ctx, c, b, plan.Items, plan.Concurrency, plan.Open, progress, label)
 		run.Records = append(warm, recs...)
 		for i := range run.Records {
+			markTransfer(&run.Records[i], perToken, rep.BlockSize)
 			markHit(&run.Records[i], rep.BlockSize)
 		}
 		slo := SLO{TTFT: cfg.TTFTSLO, ITL: cfg.ITLSLO}

@@ -83,8 +83,11 @@ type Aggregate struct {
 	PromptTokens int     `json:"prompt_tokens"`
 	CachedTokens int     `json:"cached_tokens"`
 	HitRatio     float64 `json:"hit_ratio"` // cached ÷ prompt tokens over successful requests
-	Hits         int     `json:"cache_hits"`
-	HitEligible  int     `json:"cache_hit_eligible"` // requests with a shared prefix of ≥ 1 full block
+	// TransferredTokens is the KV pulled from prefill workers over
+	// successful requests: computed remotely, so not in the hit ratio.
+	TransferredTokens int `json:"transferred_tokens"`
+	Hits              int `json:"cache_hits"`
+	HitEligible       int `json:"cache_hit_eligible"` // requests with a shared prefix of ≥ 1 full block
 	// Tiers is set when workers reported KV tiers (see Record.KVTiers).
 	Tiers *TierStats `json:"tiers,omitempty"`
 
@@ -221,6 +224,7 @@ func Summarize(recs []Record, wall float64, slo SLO) Aggregate {
 		out += r.CompletionTokens
 		a.PromptTokens += r.PromptTokens
 		a.CachedTokens += r.CachedTokens
+		a.TransferredTokens += r.TransferredTokens
 		if r.CacheHit {
 			a.Hits++
 		}
@@ -250,4 +254,39 @@ func markHit(r *Record, blockSize int) {
 	full := r.SharedTokens / blockSize * blockSize
 	r.HitEligible = full > 0
 	r.CacheHit = r.HitEligible && r.Outcome == OutcomeOK && r.CachedTokens >= full
+}
+
+// markTransfer moves the KV r's decode worker pulled from a remote prefill
+// out of r's cached tokens into its transferred tokens. The worker counts
+// pulled blocks as cached (vLLM's num_cached_tokens does too), which made
+// a run with every prefill remote report a hit ratio near 1. perToken is
+// each worker's kv_bytes_per_token from GET /health.
+func markTransfer(r *Record, perToken map[string]int64, blockSize int) {
+	if r.Prefill != "remote" || r.KVBytes == nil || r.Outcome != OutcomeOK {
+		return
+	}
+	bpt := perToken[r.Worker]
+	if bpt <= 0 {
+		return
+	}
+	r.TransferredTokens = int(*r.KVBytes / bpt)
+	local := LocalCachedTokens(r.CachedTokens, r.PromptTokens, r.TransferredTokens, blockSize)
+	if t := r.KVTiers; t != nil { // pulled blocks land in GPU memory
+		c := *t
+		c.GPUTokens = max(0, c.GPUTokens-(r.CachedTokens-local))
+		r.KVTiers = &c
+	}
+	r.CachedTokens = local
+}
+
+// LocalCachedTokens is the part of a decode worker's reported cached
+// tokens it held before pulling transferred tokens of the prompt's full
+// blocks from a remote prefill. The pull fetches every full block the
+// worker lacked, so it held the rest; an engine never reports the block
+// holding the prompt's last token as cached (it must compute that token),
+// so cached alone can be below what it held, and subtracting the pull
+// from it would count a hit as a miss.
+func LocalCachedTokens(cached, prompt, transferred, blockSize int) int {
+	held := max(0, prompt/max(blockSize, 1)*max(blockSize, 1)-transferred)
+	return min(cached, held)
 }

@@ -105,3 +105,38 @@ func TestMarkHit(t *testing.T) {
 		})
 	}
 }
+
+// A decode worker's cached tokens include the KV it pulled from a remote
+// prefill; only what it held before the pull is a hit. Engines never
+// report the block holding the prompt's last token as cached, so a pulled
+// last block must not cost a hit (the routing case below).
+func TestMarkTransfer(t *testing.T) {
+	bytes := func(tokens int) *int64 { v := int64(tokens) * 100; return &v }
+	tests := []struct {
+		name                        string
+		r                           Record
+		wantCached, wantTransferred int
+		wantHit                     bool
+	}{
+		{"unique prompt, all pulled", Record{Prefill: "remote", KVBytes: bytes(2016), PromptTokens: 2016, CachedTokens: 2000, SharedTokens: 0}, 0, 2016, false},
+		{"shared prefix held, suffix block pulled", Record{Prefill: "remote", KVBytes: bytes(16), PromptTokens: 2016, CachedTokens: 2000, SharedTokens: 2000}, 2000, 16, true},
+		{"half held", Record{Prefill: "remote", KVBytes: bytes(64), PromptTokens: 130, CachedTokens: 128, SharedTokens: 64}, 64, 64, true},
+		{"local prefill", Record{Prefill: "local", KVBytes: bytes(0), PromptTokens: 130, CachedTokens: 128, SharedTokens: 128}, 128, 0, true},
+		{"pull not reported", Record{Prefill: "remote", PromptTokens: 130, CachedTokens: 128}, 128, 0, false},
+		{"unknown worker", Record{Prefill: "remote", Worker: "w9", KVBytes: bytes(64), PromptTokens: 130, CachedTokens: 128}, 128, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := tt.r
+			r.Outcome = OutcomeOK
+			if r.Worker == "" {
+				r.Worker = "d1"
+			}
+			markTransfer(&r, map[string]int64{"d1": 100}, 16)
+			markHit(&r, 16)
+			if r.CachedTokens != tt.wantCached || r.TransferredTokens != tt.wantTransferred || r.CacheHit != tt.wantHit {
+				t.Errorf("cached %d, transferred %d, hit %v; want %d, %d, %v", r.CachedTokens, r.TransferredTokens, r.CacheHit, tt.wantCached, tt.wantTransferred, tt.wantHit)
+			}
+		})
+	}
+}

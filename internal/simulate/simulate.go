@@ -794,10 +794,16 @@ func (s *simulator) deliver(w *worker, d sim.Delivery, now time.Duration) {
 		rec := r.rec
 		rec.Status, rec.Outcome = 200, bench.OutcomeOK
 		rec.E2ES = s.toWall(now - r.arrival)
-		rec.PromptTokens, rec.CompletionTokens, rec.CachedTokens = res.PromptTokens, len(res.Output), res.CachedTokens
+		// The engine counts the blocks pulled from a remote prefill as
+		// cached; they are reported as transferred instead, as bench does.
+		rec.PromptTokens, rec.CompletionTokens = res.PromptTokens, len(res.Output)
+		rec.CachedTokens = res.CachedTokens
+		if rec.TransferredTokens > 0 {
+			rec.CachedTokens = bench.LocalCachedTokens(res.CachedTokens, res.PromptTokens, rec.TransferredTokens, s.bs)
+		}
 		if s.cfg.Engine.KVOffloadGiB > 0 {
 			kvb := int64(w.core.KVBytesPerToken())
-			rec.KVTiers = &openai.KVTiers{GPUTokens: res.TierTokens[0], CPUTokens: res.TierTokens[1], DiskTokens: res.TierTokens[2],
+			rec.KVTiers = &openai.KVTiers{GPUTokens: max(0, res.TierTokens[0]-(res.CachedTokens-rec.CachedTokens)), CPUTokens: res.TierTokens[1], DiskTokens: res.TierTokens[2],
 				CPULoadedBytes: int64(res.TierTokens[1]) * kvb, DiskLoadedBytes: int64(res.TierTokens[2]) * kvb,
 				LoadMs: s.toWall(res.Load) * 1000}
 		}
@@ -911,6 +917,7 @@ func (s *simulator) finishTransfer(f *flow) {
 	if len(f.hashes) > 0 {
 		n := len(d.events)
 		_ = d.core.InsertBlocks(f.parent, f.hashes) // a full cache recomputes, as live
+		r.rec.TransferredTokens = len(f.hashes) * s.bs
 		s.applyEvents(d, n)
 		s.gate.Links().Observe(p.id, d.id, f.bytes, time.Duration(float64(s.now-f.start)/s.S))
 	}
