@@ -261,6 +261,21 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("%s ticks %q: %v", id, labels, err)
 		}
 	}
+	// The TTFT headline stays on one line in the narrowest four-card layout
+	// (the cards stack below 1100 px) and wider: wrapped, it pushed the
+	// card's contents down. At 1101 px it must hold a worst case too.
+	oneLine := `(e => e.offsetHeight <= 1.5 * parseFloat(getComputedStyle(e).lineHeight) && e.scrollWidth <= e.clientWidth)(document.getElementById("ttft-now"))`
+	for _, w := range []int{1400, 1280, 1101} {
+		b.call("Emulation.setDeviceMetricsOverride", map[string]any{"width": w, "height": 1000, "deviceScaleFactor": 1, "mobile": false}, nil)
+		eventually(t, 5*time.Second, fmt.Sprintf("the TTFT headline fits one line at %d px", w), func() bool {
+			return strings.Contains(b.evalString(`document.getElementById("ttft-now").textContent`), "ms") && b.evalString("String("+oneLine+")") == "true"
+		})
+	}
+	if got := b.evalString(`String((e => { fitLine(e, "12345 / 23456 / 34567 ms"); return ` + oneLine + `; })(document.getElementById("ttft-now")))`); got != "true" {
+		t.Errorf("a five-digit TTFT headline does not fit one line at 1101 px: %s (%s)", got,
+			b.evalString(`(e => e.offsetHeight + "px high, " + e.scrollWidth + "/" + e.clientWidth + "px wide")(document.getElementById("ttft-now"))`))
+	}
+	b.call("Emulation.clearDeviceMetricsOverride", map[string]any{}, nil)
 	// Every worker's row has its index agreement cell: "–" until a response
 	// on it is judged, then the agreeing share of its window.
 	if cells := b.evalString(`Array.from(document.querySelectorAll("#workers td.agreement")).map(td => td.textContent).join("|")`); strings.Count(cells, "|") != 3 ||
