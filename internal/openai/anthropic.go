@@ -105,11 +105,20 @@ type AnthropicBlock struct {
 // DecodeAnthropic decodes and validates a Messages API request body. The
 // error names the field at fault; it is the client's (a 400).
 func DecodeAnthropic(body []byte) (*AnthropicRequest, *FieldError) {
-	var r AnthropicRequest
+	return decodeValid[AnthropicRequest](body)
+}
+
+// decodeValid decodes body into a T and validates it: the one shape of the
+// Messages and Responses decoders.
+func decodeValid[T any, P interface {
+	*T
+	validate() *FieldError
+}](body []byte) (*T, *FieldError) {
+	var r T
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, decodeErr(err)
 	}
-	if fe := r.validate(); fe != nil {
+	if fe := P(&r).validate(); fe != nil {
 		return nil, fe
 	}
 	return &r, nil

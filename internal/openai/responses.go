@@ -124,14 +124,7 @@ type ResponsesPart struct {
 // DecodeResponses decodes and validates a Responses API request body. The
 // error names the field at fault; it is the client's (a 400).
 func DecodeResponses(body []byte) (*ResponsesRequest, *FieldError) {
-	var r ResponsesRequest
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, decodeErr(err)
-	}
-	if fe := r.validate(); fe != nil {
-		return nil, fe
-	}
-	return &r, nil
+	return decodeValid[ResponsesRequest](body)
 }
 
 func (r *ResponsesRequest) validate() *FieldError {
