@@ -621,21 +621,39 @@ func (s *Server) agreeOn(rt *route, pr *parsedRequest, u *openai.Usage) {
 	s.agree(agreeInput{worker: rt.target.ID, hashes: pr.hashes, predicted: rt.indexOverlap, gpuPredicted: gpu, blockSize: pr.model.blockSize, usage: u})
 }
 
+// Canonical forms of the route headers setRouteHeaders writes on every request.
+var (
+	canonWorker        = http.CanonicalHeaderKey(HeaderWorker)
+	canonOverlapTokens = http.CanonicalHeaderKey(HeaderOverlapTokens)
+	canonOverlapSource = http.CanonicalHeaderKey(HeaderOverlapSource)
+	canonOverlapTiers  = http.CanonicalHeaderKey(HeaderOverlapTiers)
+	canonPolicy        = http.CanonicalHeaderKey(HeaderPolicy)
+)
+
 // setRouteHeaders writes the x-switchyard-* headers of rt.
 func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
-	h.Set(HeaderWorker, rt.target.ID)
-	h.Set(HeaderOverlapTokens, strconv.Itoa(rt.overlap*bs))
+	// Canonical keys assigned directly: Header.Set canonicalises (and, for
+	// these lower-case names, allocates) every key on every request.
+	h[canonWorker] = []string{rt.target.ID}
+	h[canonOverlapTokens] = []string{strconv.Itoa(rt.overlap * bs)}
 	src := "index"
 	if rt.approx {
 		src = "approx"
 	}
-	h.Set(HeaderOverlapSource, src)
+	h[canonOverlapSource] = []string{src}
 	// All-zero tiers with an overlap come from a router that does not know
 	// tiers; with none, zero in every tier is the answer, and is sent.
 	if t := rt.tiers; t != [3]int{} || rt.overlap == 0 {
-		h.Set(HeaderOverlapTiers, fmt.Sprintf("gpu=%d,cpu=%d,disk=%d", t[0]*bs, t[1]*bs, t[2]*bs))
+		b := make([]byte, 0, 48)
+		b = append(b, "gpu="...)
+		b = strconv.AppendInt(b, int64(t[0]*bs), 10)
+		b = append(b, ",cpu="...)
+		b = strconv.AppendInt(b, int64(t[1]*bs), 10)
+		b = append(b, ",disk="...)
+		b = strconv.AppendInt(b, int64(t[2]*bs), 10)
+		h[canonOverlapTiers] = []string{string(b)}
 	}
-	h.Set(HeaderPolicy, rt.policy)
+	h[canonPolicy] = []string{rt.policy}
 	if !rt.gated {
 		return
 	}
