@@ -191,17 +191,25 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
+// canonRequestID is headerRequestID canonicalised once, for the hot path.
+var canonRequestID = http.CanonicalHeaderKey(headerRequestID)
+
 // ServeHTTP serves every endpoint. Every response carries x-request-id:
 // the client's, if it sent a usable one, else a new one; the id is set on
 // the response before any route runs, and handlers read it from there.
 // Unknown paths and methods get OpenAI error envelopes (404, 405).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	id := r.Header.Get(headerRequestID)
+	// The canonical key, used directly: Get and Set would canonicalise the
+	// lower-case constant, allocating, on every request.
+	var id string
+	if v := r.Header[canonRequestID]; len(v) > 0 {
+		id = v[0]
+	}
 	if !usableRequestID(id) {
 		id = s.newRequestID()
 	}
-	w.Header().Set(headerRequestID, id)
+	w.Header()[canonRequestID] = []string{id}
 	defer func() { s.m.duration.WithLabelValues(s.endpointLabel(r)).Observe(time.Since(start).Seconds()) }()
 	s.handler.ServeHTTP(w, r)
 }
