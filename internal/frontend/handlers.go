@@ -88,16 +88,16 @@ func (s *Server) release(reqID string, workers ...string) {
 
 // measureTransfer records the KV pull the decode worker reports in h, for
 // a request it was sent with a remote prefill's kv_transfer_params.
-func (rt *route) measureTransfer(h http.Header) {
+func (rt *route) measureTransfer(h *workerAnswer) {
 	rt.kvMeasured, rt.kvBytes, rt.pull = false, 0, 0
 	if !rt.gated || !rt.gate.Remote {
 		return
 	}
-	n, err := strconv.ParseInt(h.Get(workerHeaderPulledBytes), 10, 64)
+	n, err := strconv.ParseInt(h.header(workerHeaderPulledBytes), 10, 64)
 	if err != nil || n < 0 {
 		return
 	}
-	ms, err := strconv.ParseFloat(h.Get(workerHeaderPullMS), 64)
+	ms, err := strconv.ParseFloat(h.header(workerHeaderPullMS), 64)
 	if err != nil || ms < 0 {
 		return
 	}

@@ -149,3 +149,24 @@ func TestValidatesFieldTypesAndRanges(t *testing.T) {
 		t.Errorf("invalid requests reached the worker %d times", n)
 	}
 }
+
+func TestPlainHTTP(t *testing.T) {
+	for _, c := range []struct{ url, addr, prefix string }{
+		{"http://127.0.0.1:8001", "127.0.0.1:8001", ""},
+		{"http://w1:8000/", "w1:8000", ""},
+		{"http://w1:8000/engine/a/", "w1:8000", "/engine/a"},
+		{"http://w1", "w1:80", ""},
+		{"http://[::1]:9000", "[::1]:9000", ""},
+		{"http://[::1]", "[::1]:80", ""},
+	} {
+		addr, prefix, ok := plainHTTP(c.url)
+		if !ok || addr != c.addr || prefix != c.prefix {
+			t.Errorf("plainHTTP(%q) = %q %q %v, want %q %q", c.url, addr, prefix, ok, c.addr, c.prefix)
+		}
+	}
+	for _, u := range []string{"https://w1:8000", "http://user:pw@w1:8000", "http://w1:8000?x=1", "http://", "unix:///tmp/s"} {
+		if _, _, ok := plainHTTP(u); ok {
+			t.Errorf("plainHTTP(%q) took it; net/http should", u)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/openai"
+	"github.com/switchyard-llm/switchyard/internal/upstream"
 )
 
 // maxResponseBytes bounds a non-streaming worker answer; a completion of
@@ -159,12 +161,6 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if pr.api != nil {
 		path, body = pr.api.prepareAttempt(wk, rt, path, body)
 	}
-	req, err := http.NewRequestWithContext(actx, http.MethodPost, wk.URL+path, bytes.NewReader(body))
-	if err != nil {
-		return forwardResult{}, classify(err, errKindUpstreamConn, false)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(headerRequestID, reqID)
 	var hdr *time.Timer
 	var wd *watchdog
 	// The suspect check: a worker that has not answered within
@@ -182,16 +178,16 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	} else {
 		wd = s.startWatchdog(actx, wk, func(err error) { wdErr.Store(err); headerFired.Store(true); acancel() })
 	}
-	resp, err := s.client.Transport.RoundTrip(req)
+	resp, err := s.send(actx, wk.URL, path, body, reqID)
 	suspect.Stop()
 	if !suspectState.CompareAndSwap(0, 1) && err == nil {
 		// The check failed just as the headers came: the request is cancelled.
-		resp.Body.Close()
+		resp.body.Close()
 		err = context.Canceled
 	}
 	if hdr != nil && !hdr.Stop() && err == nil || wd != nil && !wd.stop() && err == nil {
 		// Headers came just as the deadline fired: the request is cancelled.
-		resp.Body.Close()
+		resp.body.Close()
 		err = context.Canceled
 	}
 	if err != nil {
@@ -199,17 +195,17 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		// or closed. The worker has no answer under way.
 		return forwardResult{}, classify(err, errKindUpstreamConn, true)
 	}
-	defer resp.Body.Close()
+	defer resp.body.Close()
 	s.noteSuccess(wk.ID)
-	if resp.StatusCode >= 500 {
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return forwardResult{}, classify(fmt.Errorf("status %d: %s", resp.StatusCode, bytes.TrimSpace(snippet)), errKindUpstreamStatus, true)
+	if resp.status >= 500 {
+		snippet, _ := io.ReadAll(io.LimitReader(resp.body, 512))
+		return forwardResult{}, classify(fmt.Errorf("status %d: %s", resp.status, bytes.TrimSpace(snippet)), errKindUpstreamStatus, true)
 	}
-	rt.measureTransfer(resp.Header)
+	rt.measureTransfer(resp)
 
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if !strings.HasPrefix(resp.header("Content-Type"), "text/event-stream") {
 		idle.Reset(s.cfg.IdleTimeout)
-		data, err := io.ReadAll(io.LimitReader(&idleReader{r: resp.Body, t: idle, d: s.cfg.IdleTimeout}, maxResponseBytes+1))
+		data, err := io.ReadAll(io.LimitReader(&idleReader{r: resp.body, t: idle, d: s.cfg.IdleTimeout}, maxResponseBytes+1))
 		if err == nil && len(data) > maxResponseBytes {
 			err = fmt.Errorf("answer exceeds %d bytes", maxResponseBytes)
 		}
@@ -219,7 +215,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			return forwardResult{}, ue
 		}
 		switch {
-		case resp.StatusCode == http.StatusOK:
+		case resp.status == http.StatusOK:
 			var u struct {
 				Usage *openai.Usage `json:"usage"`
 			}
@@ -230,7 +226,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if s.deps.InFlight != nil {
 				s.deps.InFlight.FirstToken(wk.ID, reqID)
 			}
-		case resp.StatusCode >= 400:
+		case resp.status >= 400:
 			// Relayed as it is: the worker judged the request, and its
 			// envelope says why.
 			s.m.errors.WithLabelValues(errKindWorker4xx).Inc()
@@ -238,16 +234,16 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		finish()
 		h := w.Header()
-		h.Set("Content-Type", resp.Header.Get("Content-Type"))
+		h.Set("Content-Type", resp.header("Content-Type"))
 		s.setRouteHeaders(h, rt, pr.model.blockSize)
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.ClientStallTimeout))
-		w.WriteHeader(resp.StatusCode)
+		w.WriteHeader(resp.status)
 		_, _ = w.Write(data)
 		return forwardResult{}, nil
 	}
 
 	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(resp.Body)
+	br.Reset(resp.body)
 	defer func() { br.Reset(nil); readerPool.Put(br) }()
 	idle.Reset(s.cfg.IdleTimeout)
 	if _, err := br.Peek(1); err != nil {
@@ -259,7 +255,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	s.setRouteHeaders(h, rt, pr.model.blockSize)
-	w.WriteHeader(resp.StatusCode)
+	w.WriteHeader(resp.status)
 
 	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: finish,
 		stripUsage: stripUsage, native: pr.api != nil && pr.api.native}
@@ -564,4 +560,75 @@ var textDeltaType = []byte(`"text_delta"`)
 func hasText(p, key []byte) bool {
 	i := bytes.Index(p, key)
 	return i >= 0 && i+len(key) < len(p) && p[i+len(key)] != '"'
+}
+
+// workerAnswer is a worker's response, from the lean client (plain http
+// workers) or from net/http (https workers).
+type workerAnswer struct {
+	status int
+	body   io.ReadCloser
+	lean   *upstream.Response
+	std    http.Header
+}
+
+func (a *workerAnswer) header(name string) string {
+	if a.lean != nil {
+		return a.lean.Header(name)
+	}
+	return a.std.Get(name)
+}
+
+// send posts body to the worker at base+path. A plain http worker is
+// reached through the lean client, which costs the hop a fraction of
+// net/http's Transport; an https one through net/http.
+func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID string) (*workerAnswer, error) {
+	if addr, prefix, ok := plainHTTP(base); ok {
+		if prefix != "" {
+			path = prefix + path
+		}
+		hs := [3]upstream.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "X-Request-Id", Value: reqID}}
+		n := 2
+		if s.cfg.WorkerKey != "" {
+			hs[2] = upstream.Header{Name: "Authorization", Value: s.workerBearer}
+			n = 3
+		}
+		resp, err := s.lean.Do(ctx, &upstream.Request{Addr: addr, Path: path, Headers: hs[:n], Body: body})
+		if err != nil {
+			return nil, err
+		}
+		return &workerAnswer{status: resp.StatusCode, body: resp.Body, lean: resp}, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(headerRequestID, reqID)
+	resp, err := s.client.Transport.RoundTrip(req) // workerAuth adds the worker key
+	if err != nil {
+		return nil, err
+	}
+	return &workerAnswer{status: resp.StatusCode, body: resp.Body, std: resp.Header}, nil
+}
+
+// plainHTTP splits an http:// worker URL into the address to dial and the
+// path prefix; ok is false for any other URL, which net/http serves.
+func plainHTTP(u string) (addr, prefix string, ok bool) {
+	rest, ok := strings.CutPrefix(u, "http://")
+	if !ok {
+		return "", "", false
+	}
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		if rest[i] != '/' {
+			return "", "", false
+		}
+		rest, prefix = rest[:i], strings.TrimSuffix(rest[i:], "/")
+	}
+	if rest == "" || strings.ContainsRune(rest, '@') {
+		return "", "", false
+	}
+	if _, _, err := net.SplitHostPort(rest); err != nil {
+		rest = net.JoinHostPort(strings.Trim(rest, "[]"), "80")
+	}
+	return rest, prefix, true
 }

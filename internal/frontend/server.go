@@ -19,6 +19,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/prom"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
+	"github.com/switchyard-llm/switchyard/internal/upstream"
 )
 
 // Response headers the frontend sets.
@@ -54,19 +55,21 @@ const maxRequestIDLen = 128
 
 // Server is the frontend. Build it with New.
 type Server struct {
-	cfg       Config
-	deps      Deps
-	tok       Tokenizer
-	m         *metrics
-	log       *slog.Logger
-	client    *http.Client
-	transport *http.Transport
-	mux       *http.ServeMux
-	handler   http.Handler      // mux behind openai.Mux and serveHTTP
-	endpoints map[string]string // mux pattern → endpoint label; read-only after New
-	started   time.Time
-	reqPrefix string
-	reqSeq    atomic.Uint64
+	cfg          Config
+	deps         Deps
+	tok          Tokenizer
+	m            *metrics
+	log          *slog.Logger
+	client       *http.Client
+	lean         *upstream.Client // completions to plain http workers (relay.go)
+	workerBearer string
+	transport    *http.Transport
+	mux          *http.ServeMux
+	handler      http.Handler      // mux behind openai.Mux and serveHTTP
+	endpoints    map[string]string // mux pattern → endpoint label; read-only after New
+	started      time.Time
+	reqPrefix    string
+	reqSeq       atomic.Uint64
 
 	// mode is the disaggregation mode in force (a string), switched at run
 	// time by PUT /admin/disagg.
@@ -144,6 +147,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		DisableCompression:  true, // relay bytes as the worker wrote them
 	}
 	s.client = &http.Client{Transport: s.transport}
+	s.lean = &upstream.Client{Dial: (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdlePerHost: 256, IdleTimeout: 90 * time.Second}
+	s.workerBearer = "Bearer " + cfg.WorkerKey
 	if cfg.WorkerKey != "" {
 		s.client.Transport = workerAuth{key: "Bearer " + cfg.WorkerKey, next: s.transport}
 	}
@@ -264,6 +270,7 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() { close(s.closing) })
 	s.probeWG.Wait()
 	s.transport.CloseIdleConnections()
+	s.lean.Close()
 }
 
 func (s *Server) newRequestID() string {
