@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -140,6 +141,12 @@ type Sharer struct {
 
 	pmu   sync.Mutex // guards peers
 	peers map[string]*peer
+	// alone: no peer is known. In-flight changes and routing decisions
+	// then go unpublished (each would otherwise cost a message and its
+	// echo on every request): a peer that appears says hello, and the
+	// answer to a hello carries the whole in-flight set and the recent
+	// decisions, as does the full share sent every FullEvery.
+	alone atomic.Bool
 }
 
 type peer struct {
@@ -195,6 +202,7 @@ func New(cfg Config) (*Sharer, error) {
 		inflight: map[reqKey]req{}, pendApprox: map[uint64]approxRec{}, shared: map[uint64]approxRec{},
 		peers: map[string]*peer{},
 	}
+	s.alone.Store(true)
 	s.m = newMetrics(s)
 	if cfg.Registerer != nil {
 		if err := s.m.register(cfg.Registerer); err != nil {
@@ -210,6 +218,12 @@ func (s *Sharer) ID() string {
 		return ""
 	}
 	return s.cfg.ID
+}
+
+func (s *Sharer) pokeUnlessAlone() {
+	if !s.alone.Load() {
+		s.poke()
+	}
 }
 
 func (s *Sharer) poke() {
@@ -230,10 +244,12 @@ func (s *Sharer) Started(worker, requestID string, prefillBlocks, promptBlocks i
 	s.mu.Lock()
 	if r, dup := s.inflight[k]; !dup || !r.decoding && (r.prefill != prefillBlocks || r.prompt != promptBlocks) {
 		s.inflight[k] = req{prefill: prefillBlocks, prompt: promptBlocks}
-		s.pendStarted = append(s.pendStarted, reqMsg{ID: requestID, Worker: worker, Prefill: prefillBlocks, Prompt: promptBlocks})
+		if !s.alone.Load() {
+			s.pendStarted = append(s.pendStarted, reqMsg{ID: requestID, Worker: worker, Prefill: prefillBlocks, Prompt: promptBlocks})
+		}
 	}
 	s.mu.Unlock()
-	s.poke()
+	s.pokeUnlessAlone()
 }
 
 // FirstToken records that a request's prefill is done.
@@ -246,10 +262,12 @@ func (s *Sharer) FirstToken(worker, requestID string) {
 	if r, ok := s.inflight[k]; ok && !r.decoding {
 		r.decoding = true
 		s.inflight[k] = r
-		s.pendFirst = append(s.pendFirst, idMsg{ID: requestID, Worker: worker})
+		if !s.alone.Load() {
+			s.pendFirst = append(s.pendFirst, idMsg{ID: requestID, Worker: worker})
+		}
 	}
 	s.mu.Unlock()
-	s.poke()
+	s.pokeUnlessAlone()
 }
 
 // Finished records that a request is done.
@@ -261,10 +279,12 @@ func (s *Sharer) Finished(worker, requestID string) {
 	k := reqKey{worker, requestID}
 	if _, ok := s.inflight[k]; ok {
 		delete(s.inflight, k)
-		s.pendFinished = append(s.pendFinished, idMsg{ID: requestID, Worker: worker})
+		if !s.alone.Load() {
+			s.pendFinished = append(s.pendFinished, idMsg{ID: requestID, Worker: worker})
+		}
 	}
 	s.mu.Unlock()
-	s.poke()
+	s.pokeUnlessAlone()
 }
 
 // Approx records a routing decision: hashes sent to worker at at.
@@ -275,6 +295,7 @@ func (s *Sharer) Approx(worker string, hashes []uint64, at time.Time) {
 	ns := at.UnixNano()
 	refresh := int64(s.cfg.ApproxRefresh)
 	dropped := 0
+	alone := s.alone.Load()
 	s.mu.Lock()
 	if len(s.shared)+len(hashes) > maxShared {
 		// Forget what was shared: at worst some hashes are sent again.
@@ -282,6 +303,10 @@ func (s *Sharer) Approx(worker string, hashes []uint64, at time.Time) {
 	}
 	for _, h := range hashes {
 		if prev, ok := s.shared[h]; ok && prev.worker == worker && ns-prev.at < refresh {
+			continue
+		}
+		if alone {
+			s.shared[h] = approxRec{worker: worker, at: ns}
 			continue
 		}
 		if _, ok := s.pendApprox[h]; !ok && len(s.pendApprox) >= s.cfg.MaxPendingApprox {
@@ -584,6 +609,7 @@ func (s *Sharer) expire() {
 		if now.Sub(p.lastSeen) > s.cfg.PeerTTL {
 			s.dropPeer(id, p)
 			delete(s.peers, id)
+			s.alone.Store(len(s.peers) == 0)
 			gone = append(gone, id)
 		}
 	}
@@ -647,6 +673,7 @@ func (s *Sharer) receive(nm *nats.Msg) {
 	if p == nil {
 		p = &peer{epoch: m.Epoch, reqs: map[reqKey]req{}}
 		s.peers[m.Replica] = p
+		s.alone.Store(false)
 		added = true
 	}
 	p.lastSeen = now
@@ -702,7 +729,10 @@ func (s *Sharer) receive(nm *nats.Msg) {
 	}
 	s.pmu.Unlock()
 
-	if m.Hello {
+	if m.Hello || added {
+		// A newcomer, or a peer back after it was dropped (it heard no
+		// in-flight changes while this replica was alone): send it the
+		// whole state now.
 		s.mu.Lock()
 		s.answerHello = true
 		s.mu.Unlock()

@@ -2,7 +2,9 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,6 +303,7 @@ func TestApproxCoalescedAndBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.alone.Store(false) // as if a peer were known: decisions are queued for it
 	now := time.Now()
 	s.Approx("w1", []uint64{1, 2, 3}, now)
 	s.Approx("w1", []uint64{1, 2, 3}, now.Add(time.Second)) // already shared: coalesced
@@ -406,4 +409,50 @@ func TestStoredResponsesShared(t *testing.T) {
 	if a.f.check(func(f *fakeApplier) bool { return len(f.stored) > 0 }) {
 		t.Errorf("a replica applied its own stored responses")
 	}
+}
+
+// TestAloneSendsNothingPerRequest checks that a replica with no peer
+// publishes nothing per request, and that a peer appearing later still
+// gets what it has in flight.
+func TestAloneSendsNothingPerRequest(t *testing.T) {
+	srv := bustest.Server(t, bus.EmbeddedConfig{Port: -1, DisableJetStream: true})
+	// Not running: no hello and no periodic full share, only what the
+	// requests themselves cause.
+	lone, err := New(Config{NC: bustest.Connect(t, srv.ClientURL()), Subjects: bus.Subjects{Namespace: "t"}, ID: "fe-lone", Apply: newFake()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-a", nil)
+	for _, s := range []*Sharer{lone, a.s} {
+		for i := 0; i < 50; i++ {
+			id := fmt.Sprintf("r%d", i)
+			s.Started("w1", id, 4, 8)
+			s.Approx("w1", []uint64{uint64(i) + 1}, time.Now())
+			if i%2 == 0 {
+				s.FirstToken("w1", id)
+				s.Finished("w1", id)
+			}
+		}
+	}
+	lone.flush(false)
+	if got := counter(lone.m.messages.WithLabelValues("sent")); got != 0 {
+		t.Errorf("a replica alone sent %v messages for 50 requests, want 0", got)
+	}
+	b := startSharer(t, bustest.Connect(t, srv.ClientURL()), "fe-b", nil)
+	waitFor(t, "the newcomer learns a's 25 requests in flight", func() bool {
+		return b.f.check(func(f *fakeApplier) bool {
+			n := 0
+			for id := range f.inflight {
+				if strings.HasPrefix(id, "fe-a/") {
+					n++
+				}
+			}
+			return n == 25
+		})
+	})
+	// With a peer known, changes flow again.
+	a.s.Finished("w1", "r1")
+	waitFor(t, "a finish reaches the peer", func() bool {
+		return b.f.check(func(f *fakeApplier) bool { _, ok := f.inflight["fe-a/r1"]; return !ok })
+	})
 }
