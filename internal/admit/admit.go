@@ -298,8 +298,11 @@ func (c *Controller) dispatch() {
 		return
 	}
 	eligible := c.eligible
+	// Capacity walks the workers: asked once per dispatch, as only this
+	// loop changes inUse meanwhile.
+	capacity := c.cfg.Capacity()
 	for {
-		if capacity := c.cfg.Capacity(); capacity >= 0 && c.inUse >= capacity {
+		if capacity >= 0 && c.inUse >= capacity {
 			break
 		}
 		w := c.q.pop(eligible)

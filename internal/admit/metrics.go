@@ -11,6 +11,7 @@ import (
 // metrics are the admission series. A nil *metrics records nothing.
 type metrics struct {
 	depthG     *prometheus.GaugeVec // priority
+	depthBy    []prometheus.Gauge   // depthG's children, in Priorities' order
 	waitH      prometheus.Histogram
 	admissions *prometheus.CounterVec // tenant, priority, outcome
 }
@@ -28,7 +29,7 @@ func newMetrics(reg prometheus.Registerer, c *Controller) (*metrics, error) {
 			"tenant", "priority", "outcome"),
 	}
 	for _, p := range Priorities() {
-		m.depthG.WithLabelValues(p.String())
+		m.depthBy = append(m.depthBy, m.depthG.WithLabelValues(p.String()))
 	}
 	if err := prom.Register(reg, "admit", m.depthG, m.waitH, m.admissions); err != nil {
 		return nil, err
@@ -41,8 +42,8 @@ func (m *metrics) depth(c *Controller) {
 	if m == nil {
 		return
 	}
-	for _, p := range Priorities() {
-		m.depthG.WithLabelValues(p.String()).Set(float64(c.q.lenAt(p)))
+	for i, p := range Priorities() {
+		m.depthBy[i].Set(float64(c.q.lenAt(p)))
 	}
 }
 

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
@@ -26,7 +27,12 @@ func CheckMembers(body []byte, owned ...string) *FieldError {
 	if !d.consume('{') || d.consume('}') {
 		return nil
 	}
-	seen := make(map[string]string, 16)
+	// The keys seen so far: a list while short (a request has a dozen,
+	// and a map with a lowered copy of each cost more than the scan), a
+	// map past that, so many keys cannot make the check quadratic.
+	var small [32][]byte
+	keys := small[:0]
+	var seen map[string]string
 	for {
 		d.ws()
 		start := d.i
@@ -37,16 +43,31 @@ func CheckMembers(body []byte, owned ...string) *FieldError {
 		if !ok || !d.consume(':') || !d.skip(0) {
 			return nil
 		}
-		fold := strings.ToLower(key)
 		for _, o := range owned {
-			if strings.EqualFold(key, o) {
+			if bytes.EqualFold(key, []byte(o)) {
 				return fieldErr(o, "%s is set by the frontend; clients may not send it (in any letter case)", o)
 			}
 		}
-		if prev, dup := seen[fold]; dup {
-			return fieldErr(fold, "field %q appears twice (as %q and %q; keys match regardless of case): send it once", fold, prev, key)
+		if seen == nil {
+			for _, prev := range keys {
+				if bytes.EqualFold(prev, key) {
+					return duplicate(string(prev), string(key))
+				}
+			}
+			keys = append(keys, key)
+			if len(keys) == len(small) {
+				seen = make(map[string]string, 2*len(keys))
+				for _, k := range keys {
+					seen[strings.ToLower(string(k))] = string(k)
+				}
+			}
+		} else {
+			fold := strings.ToLower(string(key))
+			if prev, dup := seen[fold]; dup {
+				return duplicate(prev, string(key))
+			}
+			seen[fold] = string(key)
 		}
-		seen[fold] = key
 		if d.consume(',') {
 			continue
 		}
@@ -54,18 +75,23 @@ func CheckMembers(body []byte, owned ...string) *FieldError {
 	}
 }
 
+func duplicate(prev, key string) *FieldError {
+	fold := strings.ToLower(key)
+	return fieldErr(fold, "field %q appears twice (as %q and %q; keys match regardless of case): send it once", fold, prev, key)
+}
+
 // unquoteKey decodes a quoted key; most have no escapes.
-func unquoteKey(q []byte) (string, bool) {
+func unquoteKey(q []byte) ([]byte, bool) {
 	if len(q) < 2 {
-		return "", false
+		return nil, false
 	}
 	inner := q[1 : len(q)-1]
-	if !strings.ContainsRune(string(inner), '\\') {
-		return string(inner), true
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return inner, true
 	}
 	var s string
 	if json.Unmarshal(q, &s) != nil {
-		return "", false
+		return nil, false
 	}
-	return s, true
+	return []byte(s), true
 }

@@ -1,6 +1,20 @@
 package openai
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// manyKeys is a body of n distinct keys followed by extra.
+func manyKeys(n int, extra string) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		fmt.Fprintf(&b, `"k%d":%d,`, i, i)
+	}
+	return b.String() + extra + "}"
+}
 
 func TestCheckMembers(t *testing.T) {
 	tests := []struct {
@@ -16,6 +30,9 @@ func TestCheckMembers(t *testing.T) {
 		{"owned field escaped", `{"kv\u005ftransfer_params":1}`, "kv_transfer_params", false},
 		{"same key twice", `{"model":"a","model":"b"}`, "model", false},
 		{"key in two cases", `{"stream":false,"Stream":true}`, "stream", false},
+		{"many keys", manyKeys(100, `"z":0`), "", true},
+		{"a repeat past the short list", manyKeys(100, `"K7":0`), "k7", false},
+		{"a repeat within the short list", manyKeys(10, `"K7":0`), "k7", false},
 		{"invalid utf-8", "{\"prompt\":\"\xff\"}", "", false},
 		{"truncated utf-8 in a key", "{\"p\xe2\x82\":1}", "", false},
 	}
