@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -216,12 +215,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 		switch {
 		case resp.status == http.StatusOK:
-			var u struct {
-				Usage *openai.Usage `json:"usage"`
-			}
-			if json.Unmarshal(data, &u) == nil {
-				s.countUsage(u.Usage)
-				s.agreeOn(rt, pr, u.Usage)
+			if u, ok := openai.UsageOf(data); ok {
+				s.countUsage(u)
+				s.agreeOn(rt, pr, u)
 			}
 			if s.deps.InFlight != nil {
 				s.deps.InFlight.FirstToken(wk.ID, reqID)
@@ -538,11 +534,8 @@ func (s *Server) inspect(p []byte, st *relayState) {
 		st.last = now
 	}
 	if bytes.Contains(p, usageKey) {
-		var u struct {
-			Usage *openai.Usage `json:"usage"`
-		}
-		if json.Unmarshal(p, &u) == nil && u.Usage != nil {
-			st.usage, st.hasUsage = *u.Usage, true
+		if u, ok := openai.UsageOf(p); ok && u != nil {
+			st.usage, st.hasUsage = *u, true
 		}
 	}
 }
