@@ -110,6 +110,11 @@ type approxRec struct {
 	at     int64
 }
 
+type loggedApprox struct {
+	hash uint64
+	approxRec
+}
+
 // Sharer shares this replica's routing state and applies its peers'.
 // Its recording methods are safe for concurrent use, cheap, and never
 // block on the network; Run does the publishing. A nil *Sharer records
@@ -131,6 +136,12 @@ type Sharer struct {
 	pendFinished []idMsg
 	pendApprox   map[uint64]approxRec
 	shared       map[uint64]approxRec
+	// aloneLog is the routing decisions made while alone, oldest first
+	// from aloneNext once full (a ring of maxShared): a starting peer
+	// gets them in the answer to its hello. Appending is a sequential
+	// write, where a shared-map insert cost a cache miss per block.
+	aloneLog     []loggedApprox
+	aloneNext    int
 	pendLinks    []Link
 	pendResps    []idMsg
 	settings     Settings
@@ -143,9 +154,10 @@ type Sharer struct {
 	peers map[string]*peer
 	// alone: no peer is known. In-flight changes and routing decisions
 	// then go unpublished (each would otherwise cost a message and its
-	// echo on every request): a peer that appears says hello, and the
-	// answer to a hello carries the whole in-flight set and the recent
-	// decisions, as does the full share sent every FullEvery.
+	// echo on every request), and decisions are only logged (aloneLog):
+	// a peer that appears says hello, and the answer to a hello carries
+	// the whole in-flight set and the recent decisions; the full share
+	// sent every FullEvery carries the in-flight set too.
 	alone atomic.Bool
 }
 
@@ -294,8 +306,21 @@ func (s *Sharer) Approx(worker string, hashes []uint64, at time.Time) {
 	}
 	ns := at.UnixNano()
 	refresh := int64(s.cfg.ApproxRefresh)
+	if s.alone.Load() {
+		s.mu.Lock()
+		for _, h := range hashes {
+			rec := loggedApprox{h, approxRec{worker: worker, at: ns}}
+			if len(s.aloneLog) < maxShared {
+				s.aloneLog = append(s.aloneLog, rec)
+			} else {
+				s.aloneLog[s.aloneNext] = rec
+				s.aloneNext = (s.aloneNext + 1) % maxShared
+			}
+		}
+		s.mu.Unlock()
+		return
+	}
 	dropped := 0
-	alone := s.alone.Load()
 	s.mu.Lock()
 	if len(s.shared)+len(hashes) > maxShared {
 		// Forget what was shared: at worst some hashes are sent again.
@@ -303,10 +328,6 @@ func (s *Sharer) Approx(worker string, hashes []uint64, at time.Time) {
 	}
 	for _, h := range hashes {
 		if prev, ok := s.shared[h]; ok && prev.worker == worker && ns-prev.at < refresh {
-			continue
-		}
-		if alone {
-			s.shared[h] = approxRec{worker: worker, at: ns}
 			continue
 		}
 		if _, ok := s.pendApprox[h]; !ok && len(s.pendApprox) >= s.cfg.MaxPendingApprox {
@@ -520,6 +541,11 @@ func (s *Sharer) flush(full bool) {
 		for h, r := range s.shared {
 			if _, ok := approx[h]; !ok && r.at >= oldest {
 				approx[h] = r
+			}
+		}
+		for _, r := range s.aloneLog {
+			if cur, ok := approx[r.hash]; r.at >= oldest && (!ok || cur.at < r.at) {
+				approx[r.hash] = r.approxRec
 			}
 		}
 	}
