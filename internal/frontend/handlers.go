@@ -634,26 +634,33 @@ var (
 func (s *Server) setRouteHeaders(h http.Header, rt *route, bs int) {
 	// Canonical keys assigned directly: Header.Set canonicalises (and, for
 	// these lower-case names, allocates) every key on every request.
-	h[canonWorker] = []string{rt.target.ID}
-	h[canonOverlapTokens] = []string{strconv.Itoa(rt.overlap * bs)}
+	// One backing array for the five values (a []string per header was
+	// five allocations), each header a full slice of one element.
+	v := new([5]string)
+	set := func(key string, i int, val string) {
+		v[i] = val
+		h[key] = v[i : i+1 : i+1]
+	}
+	set(canonWorker, 0, rt.target.ID)
+	set(canonOverlapTokens, 1, strconv.Itoa(rt.overlap*bs))
 	src := "index"
 	if rt.approx {
 		src = "approx"
 	}
-	h[canonOverlapSource] = []string{src}
+	set(canonOverlapSource, 2, src)
 	// All-zero tiers with an overlap come from a router that does not know
 	// tiers; with none, zero in every tier is the answer, and is sent.
 	if t := rt.tiers; t != [3]int{} || rt.overlap == 0 {
-		b := make([]byte, 0, 48)
-		b = append(b, "gpu="...)
+		var buf [48]byte
+		b := append(buf[:0], "gpu="...)
 		b = strconv.AppendInt(b, int64(t[0]*bs), 10)
 		b = append(b, ",cpu="...)
 		b = strconv.AppendInt(b, int64(t[1]*bs), 10)
 		b = append(b, ",disk="...)
 		b = strconv.AppendInt(b, int64(t[2]*bs), 10)
-		h[canonOverlapTiers] = []string{string(b)}
+		set(canonOverlapTiers, 3, string(b))
 	}
-	h[canonPolicy] = []string{rt.policy}
+	set(canonPolicy, 4, rt.policy)
 	if !rt.gated {
 		return
 	}

@@ -43,6 +43,16 @@ func (e *upstreamError) Error() string {
 
 func (e *upstreamError) Unwrap() error { return e.err }
 
+// attemptFlags is what forward's timers and checks report, shared with
+// the callbacks that set it.
+type attemptFlags struct {
+	idleFired, headerFired atomic.Bool
+	wdErr                  atomic.Value // why the watchdog gave up on the worker
+	suspectErr             atomic.Value // why the suspect check gave up on it
+	suspectState           atomic.Int32 // 0 armed, 1 stopped, 2 fired
+	finished               bool         // InFlight was told the request is done
+}
+
 // forwardResult is what the relay measured.
 type forwardResult struct {
 	ttft time.Duration // 0 when no content chunk was seen (non-streaming)
@@ -69,10 +79,10 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	defer func() { s.m.workerRequests.WithLabelValues(wk.ID, outcome).Inc() }()
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
-	var idleFired, headerFired atomic.Bool
-	var wdErr atomic.Value      // why the watchdog gave up on the worker
-	var suspectErr atomic.Value // why the suspect check gave up on it
-	idle := time.AfterFunc(s.cfg.IdleTimeout, func() { idleFired.Store(true); acancel() })
+	// What the timers and checks below found, in one allocation: each
+	// variable the closures share would otherwise be one of its own.
+	var at attemptFlags
+	idle := time.AfterFunc(s.cfg.IdleTimeout, func() { at.idleFired.Store(true); acancel() })
 	idle.Stop() // armed once headers arrive
 	defer idle.Stop()
 
@@ -80,10 +90,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// worker's answer is complete (before the client sees its end and
 	// sends its next request, maybe to another replica that hears of the
 	// finish over the bus), or when forward returns.
-	finished := false
 	finish := func() {
-		if !finished && s.deps.InFlight != nil {
-			finished = true
+		if !at.finished && s.deps.InFlight != nil {
+			at.finished = true
 			s.deps.InFlight.Finished(wk.ID, reqID)
 		}
 	}
@@ -129,18 +138,18 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			// run the request if nothing was relayed yet.
 			ue.kind, ue.retry = errKindWorkerGone, true
 			ue.err = fmt.Errorf("left the registry (%v): %w", tr.cause.Load(), err)
-		case suspectErr.Load() != nil:
+		case at.suspectErr.Load() != nil:
 			// Frozen or gone before answering anything: another worker
 			// may run the request, and this one is ejected (a timeout).
 			ue.kind, ue.retry = errKindTimeout, true
-			ue.err = fmt.Errorf("no answer within %v and its health check fails (%v): %w", s.cfg.SuspectAfter, suspectErr.Load(), err)
-		case idleFired.Load():
+			ue.err = fmt.Errorf("no answer within %v and its health check fails (%v): %w", s.cfg.SuspectAfter, at.suspectErr.Load(), err)
+		case at.idleFired.Load():
 			ue.kind, ue.retry = errKindUpstreamIdle, false
 			ue.err = fmt.Errorf("no data for %v: %w", s.cfg.IdleTimeout, err)
-		case headerFired.Load() && !pr.req.Stream:
+		case at.headerFired.Load() && !pr.req.Stream:
 			ue.kind, ue.retry = errKindTimeout, false
-			ue.err = fmt.Errorf("no answer within %v and the worker fails its liveness check (%v): %w", s.cfg.HeaderTimeout, wdErr.Load(), err)
-		case headerFired.Load():
+			ue.err = fmt.Errorf("no answer within %v and the worker fails its liveness check (%v): %w", s.cfg.HeaderTimeout, at.wdErr.Load(), err)
+		case at.headerFired.Load():
 			ue.kind, ue.retry = errKindTimeout, false
 			ue.err = fmt.Errorf("no response headers within %v: %w", s.cfg.HeaderTimeout, err)
 		case ctx.Err() != nil:
@@ -165,21 +174,20 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// The suspect check: a worker that has not answered within
 	// SuspectAfter has its health checked; a failed check gives this
 	// attempt up (retried elsewhere, nothing was relayed) and ejects it.
-	var suspectState atomic.Int32 // 0 armed, 1 stopped, 2 fired
 	suspect := time.AfterFunc(s.cfg.SuspectAfter, func() {
-		if err := s.checkSuspect(actx, wk); err != nil && suspectState.CompareAndSwap(0, 2) {
-			suspectErr.Store(err)
+		if err := s.checkSuspect(actx, wk); err != nil && at.suspectState.CompareAndSwap(0, 2) {
+			at.suspectErr.Store(err)
 			acancel()
 		}
 	})
 	if pr.req.Stream {
-		hdr = time.AfterFunc(s.cfg.HeaderTimeout, func() { headerFired.Store(true); acancel() })
+		hdr = time.AfterFunc(s.cfg.HeaderTimeout, func() { at.headerFired.Store(true); acancel() })
 	} else {
-		wd = s.startWatchdog(actx, wk, func(err error) { wdErr.Store(err); headerFired.Store(true); acancel() })
+		wd = s.startWatchdog(actx, wk, func(err error) { at.wdErr.Store(err); at.headerFired.Store(true); acancel() })
 	}
 	resp, err := s.send(actx, wk.URL, path, body, reqID)
 	suspect.Stop()
-	if !suspectState.CompareAndSwap(0, 1) && err == nil {
+	if !at.suspectState.CompareAndSwap(0, 1) && err == nil {
 		// The check failed just as the headers came: the request is cancelled.
 		resp.body.Close()
 		err = context.Canceled
@@ -200,7 +208,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		snippet, _ := io.ReadAll(io.LimitReader(resp.body, 512))
 		return forwardResult{}, classify(fmt.Errorf("status %d: %s", resp.status, bytes.TrimSpace(snippet)), errKindUpstreamStatus, true)
 	}
-	rt.measureTransfer(resp)
+	rt.measureTransfer(&resp)
 
 	if !strings.HasPrefix(resp.header("Content-Type"), "text/event-stream") {
 		idle.Reset(s.cfg.IdleTimeout)
@@ -574,7 +582,7 @@ func (a *workerAnswer) header(name string) string {
 // send posts body to the worker at base+path. A plain http worker is
 // reached through the lean client, which costs the hop a fraction of
 // net/http's Transport; an https one through net/http.
-func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID string) (*workerAnswer, error) {
+func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID string) (workerAnswer, error) {
 	if addr, prefix, ok := plainHTTP(base); ok {
 		if prefix != "" {
 			path = prefix + path
@@ -587,21 +595,21 @@ func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID
 		}
 		resp, err := s.lean.Do(ctx, &upstream.Request{Addr: addr, Path: path, Headers: hs[:n], Body: body})
 		if err != nil {
-			return nil, err
+			return workerAnswer{}, err
 		}
-		return &workerAnswer{status: resp.StatusCode, body: resp.Body, lean: resp}, nil
+		return workerAnswer{status: resp.StatusCode, body: resp.Body, lean: resp}, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
-		return nil, err
+		return workerAnswer{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(headerRequestID, reqID)
 	resp, err := s.client.Transport.RoundTrip(req) // workerAuth adds the worker key
 	if err != nil {
-		return nil, err
+		return workerAnswer{}, err
 	}
-	return &workerAnswer{status: resp.StatusCode, body: resp.Body, std: resp.Header}, nil
+	return workerAnswer{status: resp.StatusCode, body: resp.Body, std: resp.Header}, nil
 }
 
 // plainHTTP splits an http:// worker URL into the address to dial and the

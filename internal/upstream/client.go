@@ -24,6 +24,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -188,14 +189,11 @@ func (cn *conn) write(req *Request) error {
 		w = append(w, "\r\n"...)
 	}
 	w = append(w, "\r\n"...)
-	var err error
-	if len(req.Body) <= 64<<10 {
-		w = append(w, req.Body...)
-		_, err = cn.nc.Write(w)
-	} else {
-		bufs := net.Buffers{w, req.Body}
-		_, err = bufs.WriteTo(cn.nc)
-	}
+	// The body is copied behind the head, even a long one: one write, and
+	// req's memory never reaches the connection (so the caller's headers
+	// can stay on its stack).
+	w = append(w, req.Body...)
+	_, err := cn.nc.Write(w)
 	if cap(w) <= 256<<10 {
 		cn.wbuf = w[:0]
 	}
@@ -313,7 +311,7 @@ func (c *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 		}
 		cn := list[len(list)-1]
 		list[len(list)-1] = nil
-		c.idle[addr] = list[:len(list)-1]
+		c.idle[cn.addr] = list[:len(list)-1] // cn.addr: the key may not keep the caller's string
 		c.mu.Unlock()
 		idle := now.Sub(cn.idleFrom)
 		if idle > c.idleTimeout() || idle > probeAfter && !alive(cn.nc) {
@@ -322,11 +320,14 @@ func (c *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 		}
 		return cn, true, nil
 	}
-	nc, err := c.Dial(ctx, "tcp", addr)
+	// A copy for the connection to keep: the caller's request, headers
+	// and all, then stays on its stack.
+	own := strings.Clone(addr)
+	nc, err := c.Dial(ctx, "tcp", own)
 	if err != nil {
 		return nil, false, err
 	}
-	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), addr: addr}, false, nil
+	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 16<<10), addr: own}, false, nil
 }
 
 func (c *Client) idleTimeout() time.Duration {
