@@ -1,8 +1,8 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -58,7 +58,7 @@ func decodeFast(body []byte, req *CompletionRequest) bool {
 			}
 			d.ws()
 			switch {
-			case strings.EqualFold(key, "messages"):
+			case keyIs(key, "messages"):
 				if sawMessages {
 					return false
 				}
@@ -66,7 +66,7 @@ func decodeFast(body []byte, req *CompletionRequest) bool {
 				if msgs, ok = d.messages(); !ok {
 					return false
 				}
-			case strings.EqualFold(key, "prompt") && d.peek() == '"':
+			case keyIs(key, "prompt") && d.peek() == '"':
 				if sawPrompt {
 					return false
 				}
@@ -77,7 +77,7 @@ func decodeFast(body []byte, req *CompletionRequest) bool {
 				}
 				prompt = &Prompt{Text: s}
 			default:
-				if strings.EqualFold(key, "prompt") {
+				if keyIs(key, "prompt") {
 					if sawPrompt {
 						return false
 					}
@@ -161,7 +161,7 @@ func (d *reader) message() (Message, bool) {
 		}
 		d.ws()
 		switch {
-		case strings.EqualFold(key, "role"):
+		case keyIs(key, "role"):
 			if sawRole {
 				return m, false
 			}
@@ -171,7 +171,7 @@ func (d *reader) message() (Message, bool) {
 					return m, false
 				}
 			}
-		case strings.EqualFold(key, "content"):
+		case keyIs(key, "content"):
 			if sawContent {
 				return m, false
 			}
@@ -250,22 +250,30 @@ func (d *reader) literal(lit string) bool {
 	return false
 }
 
-// key reads an object key written without escapes.
-func (d *reader) key() (string, bool) {
+// key reads an object key written without escapes. It returns the key's
+// bytes in the document: keys are only compared, and a string per key was
+// most of the fast path's allocations.
+func (d *reader) key() ([]byte, bool) {
 	if d.i >= len(d.b) || d.b[d.i] != '"' {
-		return "", false
+		return nil, false
 	}
 	for j := d.i + 1; j < len(d.b); j++ {
 		switch c := d.b[j]; {
 		case c == '"':
-			k := string(d.b[d.i+1 : j])
+			k := d.b[d.i+1 : j]
 			d.i = j + 1
 			return k, true
 		case c == '\\' || c < 0x20:
-			return "", false
+			return nil, false
 		}
 	}
-	return "", false
+	return nil, false
+}
+
+// keyIs reports whether key matches name as encoding/json matches keys to
+// fields: regardless of case.
+func keyIs(key []byte, name string) bool {
+	return bytes.EqualFold(key, []byte(name))
 }
 
 // str reads a string, decoded as encoding/json decodes it: escapes
