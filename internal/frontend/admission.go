@@ -111,24 +111,46 @@ func (s *Server) admitRequest(ctx context.Context, w http.ResponseWriter, r *htt
 // queue is over QueueTTFT has no slot. The slots of every model's workers
 // are pooled: one queue serves the deployment.
 func (s *Server) capacity() int {
-	serving := s.servingWorkers(s.deps.Workers.List(), nil)
-	if len(serving) == 0 {
-		return 0
-	}
-	n, unbounded := 0, false
-	for _, wk := range s.routable(serving) {
-		switch {
-		case s.overTTFT(wk.ID):
-		case s.cfg.MaxInflightPerWorker <= 0:
-			unbounded = true
-		default:
-			n += max(0, s.cfg.MaxInflightPerWorker-s.peerInFlight(wk.ID))
+	// One pass, no slices: admission asks on every request. A worker
+	// counts if it serves and is not ejected; when every serving worker
+	// is ejected, all of them count (as routable falls back to them all).
+	all := s.deps.Workers.List()
+	var kept, every slots
+	for i := range all {
+		wk := &all[i]
+		if !s.serves(wk) {
+			continue
+		}
+		every.add(s, wk.ID)
+		if !s.ejected(wk.ID) {
+			kept.add(s, wk.ID)
 		}
 	}
-	if unbounded {
+	c := kept
+	if c.workers == 0 {
+		c = every
+	}
+	if c.unbounded {
 		return -1
 	}
-	return n
+	return c.n
+}
+
+// slots sums workers' admission slots for capacity.
+type slots struct {
+	n, workers int
+	unbounded  bool // a worker without --max-inflight-per-worker
+}
+
+func (c *slots) add(s *Server, id string) {
+	c.workers++
+	switch {
+	case s.overTTFT(id):
+	case s.cfg.MaxInflightPerWorker <= 0:
+		c.unbounded = true
+	default:
+		c.n += max(0, s.cfg.MaxInflightPerWorker-s.peerInFlight(id))
+	}
 }
 
 // overTTFT reports whether worker id's predicted prefill queue is over
@@ -143,7 +165,13 @@ func (s *Server) overTTFT(id string) bool {
 
 // anyServing reports whether a worker can serve at all (admission's 503).
 func (s *Server) anyServing() bool {
-	return len(s.servingWorkers(s.deps.Workers.List(), nil)) > 0
+	all := s.deps.Workers.List()
+	for i := range all {
+		if s.serves(&all[i]) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) peerInFlight(id string) int {

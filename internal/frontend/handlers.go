@@ -432,11 +432,20 @@ func (s *Server) servingWorkers(all []Worker, mr *modelRoute) []Worker {
 	out := make([]Worker, 0, len(all))
 	for i := range all {
 		wk := &all[i]
-		if (wk.Role == RoleAggregated || wk.Role == RoleDecode) && !wk.Draining && (mr == nil && s.admits(wk) || mr != nil && mr.serves(wk)) {
+		if mr == nil && s.serves(wk) || mr != nil && servesRole(wk) && mr.serves(wk) {
 			out = append(out, *wk)
 		}
 	}
 	return out
+}
+
+// serves reports whether wk takes completions for this frontend's models.
+func (s *Server) serves(wk *Worker) bool { return servesRole(wk) && s.admits(wk) }
+
+// servesRole reports whether wk takes completions at all: an aggregated
+// or decode worker that is not draining.
+func servesRole(wk *Worker) bool {
+	return (wk.Role == RoleAggregated || wk.Role == RoleDecode) && !wk.Draining
 }
 
 // unavailableReason says why no worker can serve mr (nil: any model), or
