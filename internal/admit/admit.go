@@ -38,6 +38,18 @@ type Request struct {
 	// Cost is the request's estimated size in tokens (prompt plus
 	// max_tokens): what fair queueing shares and tokens_per_minute counts.
 	Cost int
+	// Fleet, when Known, is what Config's Serving and Capacity would say
+	// now, read by the caller from the worker list it took for this
+	// request: Acquire uses it rather than have Config walk the fleet
+	// again. Dispatches on release still ask Config.
+	Fleet Fleet
+}
+
+// Fleet is a caller's reading of Config.Serving and Config.Capacity.
+type Fleet struct {
+	Known    bool
+	Serving  bool
+	Capacity int
 }
 
 // Config configures a Controller.
@@ -175,7 +187,11 @@ func (c *Controller) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	now := time.Now()
 
 	c.mu.Lock()
-	if !c.serving() {
+	serving := r.Fleet.Serving
+	if !r.Fleet.Known {
+		serving = c.serving()
+	}
+	if !serving {
 		c.mu.Unlock()
 		return nil, c.reject(t.Name, prio, &Rejection{Limit: LimitUnavailable, RetryAfter: time.Second,
 			Msg: "admit: no worker can take requests (none serving, or all draining)"})
@@ -187,7 +203,11 @@ func (c *Controller) Acquire(ctx context.Context, r Request) (*Ticket, error) {
 	}
 	w := &waiter{tenant: t.Name, prio: prio, cost: cost, enq: now, done: make(chan struct{})}
 	c.q.push(w)
-	c.dispatch()
+	if r.Fleet.Known {
+		c.dispatchWith(r.Fleet.Capacity)
+	} else {
+		c.dispatch()
+	}
 	if w.admitted {
 		c.mu.Unlock()
 		return c.ticket(t.Name, prio, w, rl, "admitted"), nil
@@ -297,10 +317,17 @@ func (c *Controller) dispatch() {
 	if c.q.len() == 0 {
 		return
 	}
-	eligible := c.eligible
 	// Capacity walks the workers: asked once per dispatch, as only this
 	// loop changes inUse meanwhile.
-	capacity := c.cfg.Capacity()
+	c.dispatchWith(c.cfg.Capacity())
+}
+
+// dispatchWith is dispatch with the capacity known. c.mu is held.
+func (c *Controller) dispatchWith(capacity int) {
+	if c.q.len() == 0 {
+		return
+	}
+	eligible := c.eligible
 	for {
 		if capacity >= 0 && c.inUse >= capacity {
 			break

@@ -84,7 +84,12 @@ func (s *Server) admitRequest(ctx context.Context, w http.ResponseWriter, r *htt
 	if out == 0 {
 		out = defaultCostTokens
 	}
-	tk, err := s.adm.Acquire(ctx, admit.Request{Tenant: t, Priority: prio, Cost: len(pr.tokens) + out})
+	// The worker list parse took for this request stands for the fleet.
+	var fleet admit.Fleet
+	if pr.workers != nil {
+		fleet = admit.Fleet{Known: true, Serving: s.anyServingIn(pr.workers), Capacity: s.capacityOf(pr.workers)}
+	}
+	tk, err := s.adm.Acquire(ctx, admit.Request{Tenant: t, Priority: prio, Cost: len(pr.tokens) + out, Fleet: fleet})
 	if err == nil {
 		tk.RateLimits.SetHeaders(w.Header())
 		return tk, nil
@@ -110,11 +115,13 @@ func (s *Server) admitRequest(ctx context.Context, w http.ResponseWriter, r *htt
 // serve or the peers hold every slot). A worker whose predicted prefill
 // queue is over QueueTTFT has no slot. The slots of every model's workers
 // are pooled: one queue serves the deployment.
-func (s *Server) capacity() int {
-	// One pass, no slices: admission asks on every request. A worker
-	// counts if it serves and is not ejected; when every serving worker
-	// is ejected, all of them count (as routable falls back to them all).
-	all := s.deps.Workers.List()
+func (s *Server) capacity() int { return s.capacityOf(s.deps.Workers.List()) }
+
+// capacityOf is capacity over the workers all. One pass, no slices:
+// admission asks on every request. A worker counts if it serves and is
+// not ejected; when every serving worker is ejected, all of them count
+// (as routable falls back to them all).
+func (s *Server) capacityOf(all []Worker) int {
 	var kept, every slots
 	for i := range all {
 		wk := &all[i]
@@ -164,8 +171,9 @@ func (s *Server) overTTFT(id string) bool {
 }
 
 // anyServing reports whether a worker can serve at all (admission's 503).
-func (s *Server) anyServing() bool {
-	all := s.deps.Workers.List()
+func (s *Server) anyServing() bool { return s.anyServingIn(s.deps.Workers.List()) }
+
+func (s *Server) anyServingIn(all []Worker) bool {
 	for i := range all {
 		if s.serves(&all[i]) {
 			return true
