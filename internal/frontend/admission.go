@@ -38,7 +38,7 @@ func (s *Server) tenantOf(r *http.Request) (*admit.Tenant, bool) {
 			return t, true
 		}
 	}
-	if k := r.Header.Get("x-api-key"); k != "" { // Anthropic's clients
+	if k := first(r.Header, canonAPIKey); k != "" { // Anthropic's clients
 		if t := ts.ByKey(strings.TrimSpace(k)); t != nil {
 			return t, true
 		}
@@ -73,7 +73,7 @@ func (s *Server) applyTenant(pr *parsedRequest, t *admit.Tenant) *apiError {
 // ticket to release when the request is done, or the error to answer.
 func (s *Server) admitRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, pr *parsedRequest, t *admit.Tenant) (*admit.Ticket, *apiError) {
 	prio := admit.Standard
-	if v := r.Header.Get(HeaderPriority); v != "" {
+	if v := first(r.Header, canonPriority); v != "" {
 		p, err := admit.ParsePriority(v)
 		if err != nil {
 			return nil, badRequest(HeaderPriority, "frontend: %s %q: want critical, standard or sheddable", HeaderPriority, v)

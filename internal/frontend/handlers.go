@@ -149,14 +149,14 @@ func (s *Server) handleGenerate(ep endpoint, parse parseFunc) http.HandlerFunc {
 				msg: "frontend: missing or wrong API key: send Authorization: Bearer <key>", kind: errKindUnauthorized})
 			return
 		}
-		pin := r.Header.Get(HeaderPinWorker)
+		pin := first(r.Header, canonPin)
 		if pin != "" && !s.adminAuthorized(r) {
 			fail(&apiError{status: http.StatusForbidden, typ: openai.TypeAuthentication, param: HeaderPinWorker,
 				msg: "frontend: " + HeaderPinWorker + " needs admin access", kind: errKindUnauthorized})
 			return
 		}
-		reqID := w.Header().Get(headerRequestID) // set by Handler before any route runs
-		if r.Header.Get(headerRequestID) == reqID {
+		reqID := first(w.Header(), canonRequestID) // set by Handler before any route runs
+		if first(r.Header, canonRequestID) == reqID {
 			// The client chose it, so it need not be unique; load tracking
 			// and gate decisions are keyed by it. Keep the client's id first
 			// for correlation and make it unique.

@@ -197,8 +197,22 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	return s, nil
 }
 
-// canonRequestID is headerRequestID canonicalised once, for the hot path.
-var canonRequestID = http.CanonicalHeaderKey(headerRequestID)
+// Header keys canonicalised once, for the hot path: http.Header.Get
+// canonicalises (and, for a lower-case name, allocates) on every call.
+var (
+	canonRequestID = http.CanonicalHeaderKey(headerRequestID)
+	canonPin       = http.CanonicalHeaderKey(HeaderPinWorker)
+	canonPriority  = http.CanonicalHeaderKey(HeaderPriority)
+	canonAPIKey    = http.CanonicalHeaderKey("x-api-key")
+)
+
+// first is h.Get for a key already canonical.
+func first(h http.Header, canon string) string {
+	if v := h[canon]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 // ServeHTTP serves every endpoint. Every response carries x-request-id:
 // the client's, if it sent a usable one, else a new one; the id is set on
@@ -292,7 +306,7 @@ func bearer(r *http.Request, key string) bool {
 // apiKeyHeader reports whether r carries "x-api-key: key", as Anthropic's
 // clients send it, compared in constant time.
 func apiKeyHeader(r *http.Request, key string) bool {
-	h := r.Header.Get("x-api-key")
+	h := first(r.Header, canonAPIKey)
 	return h != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(h)), []byte(key)) == 1
 }
 

@@ -103,6 +103,11 @@ func (t *Tokenizer) VocabSize() int { return ordinaryTokens }
 // assistant turn opened, the way most chat models are prompted.
 func ChatPrompt(msgs []openai.Message) string {
 	var b strings.Builder
+	n := len("<|im_start|>assistant\n")
+	for _, m := range msgs {
+		n += len("<|im_start|>\n<|im_end|>\n") + len(m.Role) + len(m.Content)
+	}
+	b.Grow(n) // one allocation, not one per doubling
 	for _, m := range msgs {
 		b.WriteString("<|im_start|>")
 		b.WriteString(m.Role)
