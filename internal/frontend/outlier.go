@@ -46,6 +46,7 @@ type healthCheck struct {
 // tracked is one request in flight on a worker, cancellable when the
 // worker leaves the registry.
 type tracked struct {
+	st     *workerState
 	cancel context.CancelFunc
 	gone   atomic.Bool // cancelled because the worker left
 	cause  atomic.Value
@@ -63,20 +64,22 @@ func (s *Server) inflightCounter(id string) *atomic.Int64 { return &s.workerStat
 
 // track registers a request's cancel function on worker id; call the
 // returned func when the request is done.
-func (s *Server) track(id string, cancel context.CancelFunc) (*tracked, func()) {
+func (s *Server) track(id string, tr *tracked) {
 	st := s.workerState(id)
-	tr := &tracked{cancel: cancel}
+	tr.st = st
 	st.mu.Lock()
 	if st.reqs == nil {
 		st.reqs = make(map[*tracked]struct{})
 	}
 	st.reqs[tr] = struct{}{}
 	st.mu.Unlock()
-	return tr, func() {
-		st.mu.Lock()
-		delete(st.reqs, tr)
-		st.mu.Unlock()
-	}
+}
+
+// untrack ends what track began.
+func (tr *tracked) untrack() {
+	tr.st.mu.Lock()
+	delete(tr.st.reqs, tr)
+	tr.st.mu.Unlock()
 }
 
 // CancelWorker cancels every request in flight on worker id: it has left

@@ -51,6 +51,7 @@ type attemptFlags struct {
 	suspectErr             atomic.Value // why the suspect check gave up on it
 	suspectState           atomic.Int32 // 0 armed, 1 stopped, 2 fired
 	finished               bool         // InFlight was told the request is done
+	tr                     tracked      // this attempt, for CancelWorker
 }
 
 // forwardResult is what the relay measured.
@@ -106,8 +107,10 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	ctr := s.inflightCounter(wk.ID)
 	ctr.Add(1)
 	defer ctr.Add(-1)
-	tr, untrack := s.track(wk.ID, acancel)
-	defer untrack()
+	tr := &at.tr // in the attempt's allocation
+	tr.cancel = acancel
+	s.track(wk.ID, tr)
+	defer tr.untrack()
 
 	// classify names a failure; retry applies only if no timeout caused it.
 	// Connect failures and timeouts count towards the worker's ejection.
