@@ -52,7 +52,13 @@ type attemptFlags struct {
 	suspectState           atomic.Int32 // 0 armed, 1 stopped, 2 fired
 	finished               bool         // InFlight was told the request is done
 	tr                     tracked      // this attempt, for CancelWorker
+	phase                  atomic.Int32 // phaseHeaders, then phaseBody: what the attempt's timer bounds
 }
+
+const (
+	phaseHeaders = iota // the timer is the header deadline (streaming only)
+	phaseBody           // the timer is the idle deadline
+)
 
 // forwardResult is what the relay measured.
 type forwardResult struct {
@@ -83,8 +89,20 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// What the timers and checks below found, in one allocation: each
 	// variable the closures share would otherwise be one of its own.
 	var at attemptFlags
-	idle := time.AfterFunc(s.cfg.IdleTimeout, func() { at.idleFired.Store(true); acancel() })
-	idle.Stop() // armed once headers arrive
+	// One timer serves the attempt: the header deadline of a streaming
+	// request until the headers come, then the idle deadline between
+	// reads (armed once headers arrive). at.phase says which fired.
+	idle := time.AfterFunc(s.cfg.HeaderTimeout, func() {
+		if at.phase.Load() == phaseHeaders {
+			at.headerFired.Store(true)
+		} else {
+			at.idleFired.Store(true)
+		}
+		acancel()
+	})
+	if !pr.req.Stream {
+		idle.Stop()
+	}
 	defer idle.Stop()
 
 	// finish tells InFlight the request is done, once: as soon as the
@@ -172,7 +190,6 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if pr.api != nil {
 		path, body = pr.api.prepareAttempt(wk, rt, path, body)
 	}
-	var hdr *time.Timer
 	var wd *watchdog
 	// The suspect check: a worker that has not answered within
 	// SuspectAfter has its health checked; a failed check gives this
@@ -183,9 +200,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			acancel()
 		}
 	})
-	if pr.req.Stream {
-		hdr = time.AfterFunc(s.cfg.HeaderTimeout, func() { at.headerFired.Store(true); acancel() })
-	} else {
+	if !pr.req.Stream {
 		wd = s.startWatchdog(actx, wk, func(err error) { at.wdErr.Store(err); at.headerFired.Store(true); acancel() })
 	}
 	resp, err := s.send(actx, wk.URL, path, body, reqID)
@@ -195,7 +210,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		resp.body.Close()
 		err = context.Canceled
 	}
-	if hdr != nil && !hdr.Stop() && err == nil || wd != nil && !wd.stop() && err == nil {
+	if pr.req.Stream && !idle.Stop() && err == nil || wd != nil && !wd.stop() && err == nil {
 		// Headers came just as the deadline fired: the request is cancelled.
 		resp.body.Close()
 		err = context.Canceled
@@ -214,6 +229,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	rt.measureTransfer(&resp)
 
 	if !strings.HasPrefix(resp.header("Content-Type"), "text/event-stream") {
+		at.phase.Store(phaseBody)
 		idle.Reset(s.cfg.IdleTimeout)
 		data, err := io.ReadAll(io.LimitReader(&idleReader{r: resp.body, t: idle, d: s.cfg.IdleTimeout}, maxResponseBytes+1))
 		if err == nil && len(data) > maxResponseBytes {
@@ -252,6 +268,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	br := readerPool.Get().(*bufio.Reader)
 	br.Reset(resp.body)
 	defer func() { br.Reset(nil); readerPool.Put(br) }()
+	at.phase.Store(phaseBody)
 	idle.Reset(s.cfg.IdleTimeout)
 	if _, err := br.Peek(1); err != nil {
 		// Headers but no byte of the stream: retried if the connection
