@@ -51,8 +51,23 @@ type attemptFlags struct {
 	suspectErr             atomic.Value // why the suspect check gave up on it
 	suspectState           atomic.Int32 // 0 armed, 1 stopped, 2 fired
 	finished               bool         // InFlight was told the request is done
+	inflight               InFlight     // told of the finish, when not nil
+	worker, reqID          string
 	tr                     tracked      // this attempt, for CancelWorker
+	wk                     Worker       // the attempt's worker
+	st                     relayState   // what the relay of a stream learns
 	phase                  atomic.Int32 // phaseHeaders, then phaseBody: what the attempt's timer bounds
+}
+
+// finish tells InFlight the request is done, once: as soon as the worker's
+// answer is complete (before the client sees its end and sends its next
+// request, maybe to another replica that hears of the finish over the
+// bus), or when forward returns.
+func (a *attemptFlags) finish() {
+	if !a.finished && a.inflight != nil {
+		a.finished = true
+		a.inflight.Finished(a.worker, a.reqID)
+	}
 }
 
 const (
@@ -64,6 +79,13 @@ const (
 type forwardResult struct {
 	ttft time.Duration // 0 when no content chunk was seen (non-streaming)
 }
+
+// The headers of every relayed stream, shared: each a full slice, so that
+// an Add would copy it rather than write into it.
+var (
+	sseContentType  = []string{"text/event-stream"}[:1:1]
+	sseCacheControl = []string{"no-cache"}[:1:1]
+)
 
 // readerPool holds the 64 KiB line readers of the SSE relay: one per
 // request would otherwise be the relay's largest allocation.
@@ -79,16 +101,18 @@ var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<
 // answering a non-streaming request sends its headers when generation is
 // done.
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, ep endpoint, pr *parsedRequest, body []byte, reqID string, rt *route, start time.Time) (forwardResult, error) {
-	wk := rt.target
+	// What the timers and checks below found, and the worker they ask
+	// about, in one allocation: each variable the closures share would
+	// otherwise be one of its own.
+	var at attemptFlags
+	at.wk = rt.target
+	wk := &at.wk
 	// outcome labels this attempt in switchyard_worker_requests_total;
 	// every failure path below sets it.
 	outcome := outcomeOK
 	defer func() { s.m.workerRequests.WithLabelValues(wk.ID, outcome).Inc() }()
 	actx, acancel := context.WithCancel(ctx)
 	defer acancel()
-	// What the timers and checks below found, in one allocation: each
-	// variable the closures share would otherwise be one of its own.
-	var at attemptFlags
 	// One timer serves the attempt: the header deadline of a streaming
 	// request until the headers come, then the idle deadline between
 	// reads (armed once headers arrive). at.phase says which fired.
@@ -105,19 +129,10 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	defer idle.Stop()
 
-	// finish tells InFlight the request is done, once: as soon as the
-	// worker's answer is complete (before the client sees its end and
-	// sends its next request, maybe to another replica that hears of the
-	// finish over the bus), or when forward returns.
-	finish := func() {
-		if !at.finished && s.deps.InFlight != nil {
-			at.finished = true
-			s.deps.InFlight.Finished(wk.ID, reqID)
-		}
-	}
+	at.inflight, at.worker, at.reqID = s.deps.InFlight, wk.ID, reqID // for at.finish
 	if s.deps.InFlight != nil {
 		s.deps.InFlight.Started(wk.ID, reqID, rt.prefillBlocks(pr), s.promptBlocks(pr))
-		defer finish()
+		defer at.finish()
 		if sw, ok := s.deps.InFlight.(StoreWatcher); ok {
 			sw.Stores(wk.ID, reqID, rt.newBlocks(pr))
 		}
@@ -146,9 +161,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			switch {
 			case ue.clientGone || ue.kind == errKindWorkerGone:
 			case ue.kind == errKindUpstreamConn:
-				s.noteFailure(wk, false, ue.err)
+				s.noteFailure(*wk, false, ue.err)
 			case ue.kind == errKindTimeout || ue.kind == errKindUpstreamIdle:
-				s.noteFailure(wk, true, ue.err)
+				s.noteFailure(*wk, true, ue.err)
 			}
 		}()
 		switch {
@@ -188,20 +203,20 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	path := ep.path
 	if pr.api != nil {
-		path, body = pr.api.prepareAttempt(wk, rt, path, body)
+		path, body = pr.api.prepareAttempt(*wk, rt, path, body)
 	}
 	var wd *watchdog
 	// The suspect check: a worker that has not answered within
 	// SuspectAfter has its health checked; a failed check gives this
 	// attempt up (retried elsewhere, nothing was relayed) and ejects it.
 	suspect := time.AfterFunc(s.cfg.SuspectAfter, func() {
-		if err := s.checkSuspect(actx, wk); err != nil && at.suspectState.CompareAndSwap(0, 2) {
+		if err := s.checkSuspect(actx, *wk); err != nil && at.suspectState.CompareAndSwap(0, 2) {
 			at.suspectErr.Store(err)
 			acancel()
 		}
 	})
 	if !pr.req.Stream {
-		wd = s.startWatchdog(actx, wk, func(err error) { at.wdErr.Store(err); at.headerFired.Store(true); acancel() })
+		wd = s.startWatchdog(actx, *wk, func(err error) { at.wdErr.Store(err); at.headerFired.Store(true); acancel() })
 	}
 	resp, err := s.send(actx, wk.URL, path, body, reqID)
 	suspect.Stop()
@@ -255,7 +270,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			s.m.errors.WithLabelValues(errKindWorker4xx).Inc()
 			outcome = outcomeRejected
 		}
-		finish()
+		at.finish()
 		h := w.Header()
 		h.Set("Content-Type", resp.header("Content-Type"))
 		s.setRouteHeaders(h, rt, pr.model.blockSize)
@@ -276,15 +291,16 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return forwardResult{}, classify(err, errKindUpstreamStream, true)
 	}
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
+	h["Content-Type"] = sseContentType
+	h["Cache-Control"] = sseCacheControl
 	s.setRouteHeaders(h, rt, pr.model.blockSize)
 	w.WriteHeader(resp.status)
 
-	st := relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: finish,
+	at.st = relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: &at,
 		stripUsage: stripUsage, native: pr.api != nil && pr.api.native}
+	st := &at.st // in the attempt's allocation
 	fl, _ := w.(http.Flusher)
-	err = s.relayStream(w, fl, br, idle, &st)
+	err = s.relayStream(w, fl, br, idle, st)
 	if st.hasUsage {
 		s.countUsage(&st.usage)
 	}
@@ -359,7 +375,7 @@ type relayState struct {
 	start     time.Time
 	workerID  string
 	requestID string
-	finish    func() // tells InFlight the request is done; nil: nothing to tell
+	finish    *attemptFlags // tells InFlight the request is done; nil: nothing to tell
 	// native: the stream is a Messages or Responses stream, which ends
 	// with its last event rather than [DONE], and whose Responses text
 	// comes in "delta" fields.
@@ -541,7 +557,7 @@ func (s *Server) inspect(p []byte, st *relayState) {
 	case bytes.Equal(p, donePayload) || st.native && openai.StreamEnd(p):
 		st.sawDone = true
 		if st.finish != nil {
-			st.finish() // before [DONE] reaches the client
+			st.finish.finish() // before [DONE] reaches the client
 		}
 		return
 	case bytes.HasPrefix(p, errorPrefix):
