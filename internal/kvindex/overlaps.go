@@ -25,7 +25,6 @@ type Overlaps struct {
 	alive, next []WorkerID
 	set         []uint16 // members (ID and tier mask) of one block's holder set
 	lines       []*line  // home lines of the current prefetch window; cleared after each lookup
-	nexts       []*line  // the line after each home line, where full home lines' probe runs continue; cleared likewise
 	mark        []uint32 // by WorkerID: stamp of the block whose holders were marked
 	stamp       uint32
 	blocks      []int32      // by WorkerID: overlap, valid when seen[id] == call
@@ -114,9 +113,8 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 	next := out.next[:0]
 	if cap(out.lines) < prefetchWindow {
 		out.lines = make([]*line, prefetchWindow)
-		out.nexts = make([]*line, prefetchWindow)
 	}
-	lines, nexts := out.lines[:prefetchWindow], out.nexts[:prefetchWindow]
+	lines := out.lines[:prefetchWindow]
 	var cpu, disk [runMax]int32
 	win, base := 1, 1 // blocks [base, win) have their home lines in lines
 	for i := 1; i < len(hashes) && len(alive) > 0; i++ {
@@ -124,23 +122,39 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 			// Prefetch the next window, doubling it each time (8, 16, …,
 			// 128) so a prompt that stops matching early wastes little.
 			end := min(len(hashes), i+min(max(8, 2*(win-1)), prefetchWindow))
-			x.prefetch(hashes[i:end], lines, nexts)
+			x.prefetch(hashes[i:end], lines)
 			win, base = end, i
 		}
 		if len(alive) <= runMax {
 			// The common case, a few workers matching: skip the blocks all
 			// of them hold in a tight loop; stop at the first that needs a
 			// closer look.
-			n := x.matchRun(hashes[i:win], lines[i-base:win-base], nexts[i-base:win-base], alive, &cpu, &disk)
-			for a, w := range alive {
-				tc := &out.tiers[w]
-				tc[TierGPU] += int32(n) - cpu[a] - disk[a]
-				tc[TierCPU] += cpu[a]
-				tc[TierDisk] += disk[a]
+			stop := win
+			if len(alive) == 1 {
+				// The commonest, one worker: matchOne's leaner loop, and
+				// matchRun for the one block it stops at (a set with a
+				// continuation, a head past its home line) before it
+				// takes over again.
+				n, c, d := x.matchOne(hashes[i:win], lines[i-base:win-base], alive[0])
+				tc := &out.tiers[alive[0]]
+				tc[TierGPU] += int32(n) - c - d
+				tc[TierCPU] += c
+				tc[TierDisk] += d
+				i += n
+				stop = min(i+1, win)
 			}
-			i += n
-			if i >= win {
-				i-- // the loop's i++ moves to the next window
+			if i < stop {
+				n := x.matchRun(hashes[i:stop], lines[i-base:stop-base], alive, &cpu, &disk)
+				for a, w := range alive {
+					tc := &out.tiers[w]
+					tc[TierGPU] += int32(n) - cpu[a] - disk[a]
+					tc[TierCPU] += cpu[a]
+					tc[TierDisk] += disk[a]
+				}
+				i += n
+			}
+			if i >= stop {
+				i-- // the loop's i++ moves on: to matchOne again, or to the next window
 				continue
 			}
 		}
@@ -191,7 +205,6 @@ func (x *Index) Overlaps(hashes []uint64, out *Overlaps) {
 	out.alive, out.next = alive[:0], next[:0]
 	// Drop the line pointers so a table replaced since is not kept alive.
 	clear(lines)
-	clear(nexts)
 }
 
 // prefetchWindow is the most blocks one prefetch pass covers. 128 home lines
@@ -247,13 +260,13 @@ func (out *Overlaps) intersect(names []string, alive, next []WorkerID, i int) []
 	return next
 }
 
-// prefetch records the home line of every hash in lines, and the line after
-// it in nexts, and then loads one word of each home line, in two passes. The
-// first pass does the address arithmetic (shard, table, home slot) without
-// touching memory the caches lack; the second is a tight loop of
-// independent loads, so many cache misses are in flight at once: each load
-// that waits holds a reorder-buffer entry, and at ~25 instructions per hash
-// the single-pass loop kept only a third as many misses outstanding.
+// prefetch records the home line of every hash in lines and then loads one
+// word of each, in two passes. The first pass does the address arithmetic
+// (shard, table, home slot) without touching memory the caches lack; the
+// second is a tight loop of independent loads, so many cache misses are in
+// flight at once: each load that waits holds a reorder-buffer entry, and at
+// ~25 instructions per hash the single-pass loop kept only a third as many
+// misses outstanding.
 // Measured with perf on the 10 M-block index (shared 2-core box): the single
 // pass spent ~13 µs of a 24 µs median lookup stalled on its loads; two
 // passes took the median to 18–22 µs.
@@ -263,28 +276,22 @@ func (out *Overlaps) intersect(names []string, alive, next []WorkerID, i int) []
 // loaded: loading them too for lookups with several matching workers
 // measured no faster (four-holder medians of four alternating runs of 7 on
 // the shared box, load average 8–9: 10.0–13.4 µs without, 10.4–13.6 µs
-// with). The lines stay valid even if a grow replaces a table meanwhile: a
-// replaced table is never written again, and the walk validates every read
-// with the shard's seq.
-func (x *Index) prefetch(hashes []uint64, lines, nexts []*line) {
-	lines, nexts = lines[:len(hashes)], nexts[:len(hashes)]
+// with), and nor are they recorded: the few blocks read past their home
+// line find it from the shard's table (probeOn), not from a second array
+// filled for every block. The lines stay valid even if a grow replaces a
+// table meanwhile: a replaced table is never written again, and the walk
+// validates every read with the shard's seq.
+func (x *Index) prefetch(hashes []uint64, lines []*line) {
+	lines = lines[:len(hashes)]
 	for j, h := range hashes {
 		k := slotKey(h)
-		lines[j], nexts[j] = lineAndNext(x.shardOf(k).tab.Load(), k)
+		lines[j] = x.shardOf(k).tab.Load().lineOf(k)
 	}
 	var sink uint64
 	for _, l := range lines {
 		sink += l[0].loadKey()
 	}
 	touchSink.Store(sink)
-}
-
-// lineAndNext returns key k's home line in t and the line after it, where
-// the probe run continues when the home line is full.
-func lineAndNext(t *table, k uint64) (*line, *line) {
-	i := t.home(k)
-	n := (i + slotsPerLine) & t.mask
-	return (*line)(t.slots[i : i+slotsPerLine]), (*line)(t.slots[n : n+slotsPerLine])
 }
 
 // runMax is the most matching workers matchRun follows: a set it reads
@@ -294,8 +301,8 @@ const runMax = 2 * idsPerSlot
 // matchRun returns how many leading blocks of hashes all the workers of
 // alive (one to runMax of them) hold, in sets of at most runMax holders
 // read consistently, and fills cpu and disk with how many of those blocks
-// each alive[a] holds at best in CPU memory and on disk. lines and nexts
-// hold each block's home line and the line after it (see prefetch). It
+// each alive[a] holds at best in CPU memory and on disk. lines holds each
+// block's home line (see prefetch). It
 // stops at the first block that needs the general walk: one an alive worker
 // lacks, a larger set, a writer active, or a line from a table replaced
 // since the prefetch that the block's probe run leaves.
@@ -309,9 +316,9 @@ const runMax = 2 * idsPerSlot
 // the 10 M-block index (shared 2-core box): one holder ~24 µs through the
 // general walk, ~15 µs with the first one-worker run; four holders 25–36 µs
 // through the general walk, 10–13 µs with this run (see the README).
-func (x *Index) matchRun(hashes []uint64, lines, nexts []*line, alive []WorkerID, cpu, disk *[runMax]int32) int {
+func (x *Index) matchRun(hashes []uint64, lines []*line, alive []WorkerID, cpu, disk *[runMax]int32) int {
 	*cpu, *disk = [runMax]int32{}, [runMax]int32{}
-	lines, nexts = lines[:len(hashes)], nexts[:len(hashes)]
+	lines = lines[:len(hashes)]
 	var prevH, prevC uint64 // the last block's head and continuation values
 	var cm, dm uint32       // bit a: alive[a] holds that block at best in CPU memory, on disk
 	for j, h := range hashes {
@@ -330,7 +337,7 @@ func (x *Index) matchRun(hashes []uint64, lines, nexts []*line, alive []WorkerID
 		// path it mispredicted on every other block.
 		hv := pick(k, k0, k1, k2, k3, v0, v1, v2, v3)
 		if hv == 0 && full(k0, k1, k2, k3) {
-			hv = x.probeOn(s, l, nexts[j], k)
+			hv = x.probeOn(s, l, k)
 		}
 		n := hv >> 48
 		if n-1 >= runMax { // absent (n = 0), a continuation or a larger set
@@ -342,7 +349,7 @@ func (x *Index) matchRun(hashes []uint64, lines, nexts []*line, alive []WorkerID
 			ck := contKey(k, 1, x.topMask)
 			cv = pick(ck, k0, k1, k2, k3, v0, v1, v2, v3)
 			if cv == 0 && full(k0, k1, k2, k3) {
-				cv = x.probeOn(s, l, nexts[j], ck)
+				cv = x.probeOn(s, l, ck)
 			}
 			if cv == 0 {
 				return j
@@ -363,6 +370,58 @@ func (x *Index) matchRun(hashes []uint64, lines, nexts []*line, alive []WorkerID
 		}
 	}
 	return len(hashes)
+}
+
+// matchOne is matchRun for one alive worker w and sets of one to three
+// holders, the head slot alone: the walk of a prompt only one worker holds,
+// the commonest lookup. It returns how many leading blocks of hashes w holds
+// and how many of those it holds at best in CPU memory and on disk. It stops
+// at the first block that needs more: one w lacks, a set with a
+// continuation, a head past its full home line, a writer active.
+//
+// Why a second loop: matchRun's state for six workers and its probe past
+// the home line (a call) keep more values live than there are registers, so
+// it stores and reloads half a dozen of them every block; this loop has no
+// call and about half the state. A block whose head value equals the
+// previous block's costs one compare and one add (a one-holder chain's heads
+// are all alike).
+func (x *Index) matchOne(hashes []uint64, lines []*line, w WorkerID) (n int, cpu, disk int32) {
+	const ones = 0x0000_0001_0001_0001 // lanes 0–2
+	const highs = 0x0000_8000_8000_8000
+	lines = lines[:len(hashes)]
+	var prev uint64  // the last block's head value
+	var inc uint64   // what a block with head value prev adds to tiers
+	var tiers uint64 // blocks held at best in CPU memory (low 32 bits) and on disk (high 32)
+	for j, h := range hashes {
+		k := slotKey(h)
+		s := x.shardOf(k)
+		s1 := s.seq.Load()
+		l := lines[j]
+		k0, k1, k2, k3 := l[0].loadKey(), l[1].loadKey(), l[2].loadKey(), l[3].loadKey()
+		v0, v1, v2, v3 := l[0].loadVal(), l[1].loadVal(), l[2].loadVal(), l[3].loadVal()
+		hv := pick(k, k0, k1, k2, k3, v0, v1, v2, v3)
+		// Lane 3 is the set size: 1–3 fit the head; absent (hv = 0), a
+		// continuation's flag or a larger set do not.
+		if hv>>48-1 >= idsPerSlot || s1&1 != 0 || s.seq.Load() != s1 {
+			return j, int32(tiers), int32(tiers >> 32)
+		}
+		if hv != prev {
+			// w's lane, by the SWAR zero-lane test of members.
+			ww := uint64(w) * ones
+			d := (hv ^ ww) & (ones * idMask)
+			z := (d - ones) &^ d & highs
+			if z == 0 {
+				return j, int32(tiers), int32(tiers >> 32)
+			}
+			m := hv >> (uint(bits.TrailingZeros64(z)) - 15 + tierShift)
+			g := m & 1
+			c := m >> 1 & 1 &^ g
+			inc = c | (1-g-c)<<32
+			prev = hv
+		}
+		tiers += inc
+	}
+	return len(hashes), int32(tiers), int32(tiers >> 32)
 }
 
 // members reports whether every worker of alive is in the set of head value
@@ -410,19 +469,17 @@ func addTiers(cpu, disk *[runMax]int32, cm, dm uint32, n int) {
 }
 
 // probeOn returns the value of key k, whose full home line l did not hold
-// it, from the line after (next) or, past that, by probing; 0 when absent
-// or when l is not in the shard's current table (a grow replaced it since
-// the prefetch), where a probe would mix two tables' states. The caller
-// validates the read with s.seq.
-func (x *Index) probeOn(s *shard, l, next *line, k uint64) uint64 {
-	if v, ok := next.scan(k); ok {
-		return v
-	}
+// it, by probing on from the line after l; 0 when absent or when l is not in
+// the shard's current table (a grow replaced it since the prefetch), where a
+// probe would mix two tables' states. The caller validates the read with
+// s.seq.
+func (x *Index) probeOn(s *shard, l *line, k uint64) uint64 {
 	t := s.tab.Load()
-	if t.lineOf(k) != l {
+	h := t.home(k)
+	if (*line)(t.slots[h:h+slotsPerLine]) != l {
 		return 0
 	}
-	if i := t.find(k); i >= 0 {
+	if i := t.findFrom(k, (h+slotsPerLine)&t.mask); i >= 0 {
 		return t.slots[i].loadVal()
 	}
 	return 0

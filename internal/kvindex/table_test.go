@@ -122,3 +122,73 @@ func TestContinuationStaysInHomeLine(t *testing.T) {
 		t.Errorf("entries = %d, want %d", got, want)
 	}
 }
+
+// TestContinuationMovesNewestHead pins which head putCont moves out of a
+// full home line: one that had already spilled there from an earlier line
+// if there is one, and otherwise the line's last movable head (the newest
+// stored), never the set's own head.
+func TestContinuationMovesNewestHead(t *testing.T) {
+	const lineA, lineB = 0x10, 0x14 // consecutive home lines in any table of 64 or more slots
+	key := func(i int, home uint64) uint64 { return uint64(i+1)<<40 | home }
+	inLine := func(x *Index, h uint64) bool {
+		tab := x.shards[0].tab.Load()
+		l := tab.lineOf(slotKey(h))
+		for q := range l {
+			if l[q].key == slotKey(h) {
+				return true
+			}
+		}
+		return false
+	}
+
+	// Line A holds four one-holder heads; a fourth holder for the first
+	// needs a continuation there, so the newest head, the last, moves.
+	x := New(Config{Shards: 1, InitialSlots: 64})
+	for i := range 4 {
+		x.Store(fmt.Sprintf("a%d", i), []uint64{key(i, lineA)})
+	}
+	for _, w := range []string{"b", "c", "d"} {
+		x.Store(w, []uint64{key(0, lineA)})
+	}
+	for i, want := range []bool{true, true, true, false} {
+		if got := inLine(x, key(i, lineA)); got != want {
+			t.Errorf("newest: head %d in its home line = %v, want %v", i, got, want)
+		}
+	}
+
+	// Line B holds b0, then a head spilled from the full line A, then b1
+	// and b2; a continuation for b1 moves the spilled head, not b0 (the
+	// first movable) or b2 (the last).
+	x = New(Config{Shards: 1, InitialSlots: 64})
+	x.Store("b0", []uint64{key(10, lineB)})
+	for i := range 5 {
+		x.Store(fmt.Sprintf("a%d", i), []uint64{key(i, lineA)})
+	}
+	for i := 1; i < 3; i++ {
+		x.Store(fmt.Sprintf("b%d", i), []uint64{key(10+i, lineB)})
+	}
+	for _, w := range []string{"c", "d", "e"} {
+		x.Store(w, []uint64{key(11, lineB)})
+	}
+	for i := range 3 {
+		if !inLine(x, key(10+i, lineB)) {
+			t.Errorf("spilled: line B's head %d left its home line", i)
+		}
+	}
+	tab := x.shards[0].tab.Load()
+	lb := (*line)(tab.slots[lineB : lineB+slotsPerLine])
+	if _, ok := lb.scan(slotKey(key(4, lineA))); ok {
+		t.Error("spilled: line A's spilled head is still in line B")
+	}
+	var o Overlaps
+	for i := range 5 {
+		x.Overlaps([]uint64{key(i, lineA)}, &o)
+		if got, want := fmt.Sprint(hitsMap(&o)), fmt.Sprintf("map[a%d:1]", i); got != want {
+			t.Errorf("spilled: block a%d: %s, want %s", i, got, want)
+		}
+	}
+	x.Overlaps([]uint64{key(11, lineB)}, &o)
+	if got, want := fmt.Sprint(hitsMap(&o)), "map[b1:1 c:1 d:1 e:1]"; got != want {
+		t.Errorf("spilled: block b1: %s, want %s", got, want)
+	}
+}
