@@ -304,12 +304,13 @@ func (b *body) Close() error {
 	if b.released {
 		return nil
 	}
-	if b.err != nil || !b.keep || b.kind == bodyToEOF || !b.stop() {
-		b.released = true
+	b.released = true
+	// Unhooked from the context first, whatever follows: a context that
+	// already fired has set a deadline on the connection.
+	if untouched := b.stop(); !untouched || !b.keep || b.kind == bodyToEOF {
 		b.cn.nc.Close()
 		return nil
 	}
-	b.released = true
 	go b.drain()
 	return nil
 }
