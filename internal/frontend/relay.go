@@ -43,16 +43,17 @@ func (e *upstreamError) Error() string {
 
 func (e *upstreamError) Unwrap() error { return e.err }
 
-// attemptFlags is what forward's timers and checks report, shared with
-// the callbacks that set it.
-type attemptFlags struct {
+// attempt is one forward attempt's state shared with the callbacks of
+// its timers and checks, in one allocation: what they report, its worker,
+// its CancelWorker record and what the relay learns.
+type attempt struct {
 	idleFired, headerFired atomic.Bool
 	wdErr                  atomic.Value // why the watchdog gave up on the worker
 	suspectErr             atomic.Value // why the suspect check gave up on it
 	suspectState           atomic.Int32 // 0 armed, 1 stopped, 2 fired
 	finished               bool         // InFlight was told the request is done
 	inflight               InFlight     // told of the finish, when not nil
-	worker, reqID          string
+	reqID                  string
 	tr                     tracked      // this attempt, for CancelWorker
 	wk                     Worker       // the attempt's worker
 	st                     relayState   // what the relay of a stream learns
@@ -63,10 +64,10 @@ type attemptFlags struct {
 // answer is complete (before the client sees its end and sends its next
 // request, maybe to another replica that hears of the finish over the
 // bus), or when forward returns.
-func (a *attemptFlags) finish() {
+func (a *attempt) finish() {
 	if !a.finished && a.inflight != nil {
 		a.finished = true
-		a.inflight.Finished(a.worker, a.reqID)
+		a.inflight.Finished(a.wk.ID, a.reqID)
 	}
 }
 
@@ -104,7 +105,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	// What the timers and checks below found, and the worker they ask
 	// about, in one allocation: each variable the closures share would
 	// otherwise be one of its own.
-	var at attemptFlags
+	var at attempt
 	at.wk = rt.target
 	wk := &at.wk
 	// outcome labels this attempt in switchyard_worker_requests_total;
@@ -129,7 +130,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	}
 	defer idle.Stop()
 
-	at.inflight, at.worker, at.reqID = s.deps.InFlight, wk.ID, reqID // for at.finish
+	at.inflight, at.reqID = s.deps.InFlight, reqID // for at.finish
 	if s.deps.InFlight != nil {
 		s.deps.InFlight.Started(wk.ID, reqID, rt.prefillBlocks(pr), s.promptBlocks(pr))
 		defer at.finish()
@@ -375,7 +376,7 @@ type relayState struct {
 	start     time.Time
 	workerID  string
 	requestID string
-	finish    *attemptFlags // tells InFlight the request is done; nil: nothing to tell
+	finish    *attempt // tells InFlight the request is done; nil: nothing to tell
 	// native: the stream is a Messages or Responses stream, which ends
 	// with its last event rather than [DONE], and whose Responses text
 	// comes in "delta" fields.

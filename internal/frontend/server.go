@@ -62,7 +62,7 @@ type Server struct {
 	log          *slog.Logger
 	client       *http.Client
 	lean         *upstream.Client // completions to plain http workers (relay.go)
-	workerBearer string
+	workerBearer string           // "Bearer <worker key>", for both clients
 	transport    *http.Transport
 	mux          *http.ServeMux
 	handler      http.Handler      // mux behind openai.Mux and serveHTTP
@@ -136,9 +136,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		}
 	}
 	s.reqPrefix = "sy-" + strconv.FormatInt(s.started.UnixNano()%1e12, 36) + "-"
+	// Both clients to workers dial alike: net/http's for https workers and
+	// admin calls, the lean one for completions to plain http workers.
+	dial := (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	s.workerBearer = "Bearer " + cfg.WorkerKey
 	s.transport = &http.Transport{
 		Proxy:       nil,
-		DialContext: (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext: dial,
 		// No ResponseHeaderTimeout: a non-streaming worker answers only when
 		// generation is done, so forward bounds the header wait per request.
 		MaxIdleConns:        1024,
@@ -147,11 +151,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		DisableCompression:  true, // relay bytes as the worker wrote them
 	}
 	s.client = &http.Client{Transport: s.transport}
-	s.lean = &upstream.Client{Dial: (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdlePerHost: 256, IdleTimeout: 90 * time.Second}
-	s.workerBearer = "Bearer " + cfg.WorkerKey
+	s.lean = &upstream.Client{Dial: dial, MaxIdlePerHost: 256, IdleTimeout: 90 * time.Second}
 	if cfg.WorkerKey != "" {
-		s.client.Transport = workerAuth{key: "Bearer " + cfg.WorkerKey, next: s.transport}
+		s.client.Transport = workerAuth{key: s.workerBearer, next: s.transport}
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handleCompletion(endpointChat))

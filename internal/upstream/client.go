@@ -241,58 +241,20 @@ func (cn *conn) readHead(resp *Response) (answered bool, err error) {
 // headerValue finds name in a block of "Name: value\r\n" lines.
 func headerValue(block, name string) string {
 	for len(block) > 0 {
-		i := indexByte(block, '\n')
+		i := strings.IndexByte(block, '\n')
 		line := block
 		if i >= 0 {
 			line, block = block[:i], block[i+1:]
 		} else {
 			block = ""
 		}
-		c := indexByte(line, ':')
-		if c != len(name) || !equalFold(line[:c], name) {
+		c := strings.IndexByte(line, ':')
+		if c != len(name) || !strings.EqualFold(line[:c], name) {
 			continue
 		}
-		return trimOWS(line[c+1:])
+		return strings.Trim(line[c+1:], " \t\r") // optional white space, and the line's CR
 	}
 	return ""
-}
-
-func indexByte(s string, b byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == b {
-			return i
-		}
-	}
-	return -1
-}
-
-func equalFold(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
-}
-
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t' || s[len(s)-1] == '\r') {
-		s = s[:len(s)-1]
-	}
-	return s
 }
 
 // get takes an idle connection to addr or dials one.

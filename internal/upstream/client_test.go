@@ -34,6 +34,21 @@ func countingServer(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic
 	return srv, &conns
 }
 
+// fetch sends req and reads its whole body, failing t on any error.
+func fetch(t *testing.T, c *Client, req *Request) (*Response, string) {
+	t.Helper()
+	resp, err := c.Do(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
 func addr(srv *httptest.Server) string { return strings.TrimPrefix(srv.URL, "http://") }
 
 func TestContentLengthAndReuse(t *testing.T) {
@@ -46,16 +61,8 @@ func TestContentLengthAndReuse(t *testing.T) {
 	c := newClient()
 	defer c.Close()
 	for i := 0; i < 5; i++ {
-		resp, err := c.Do(context.Background(), &Request{Addr: addr(srv), Path: "/v1/chat", Headers: []Header{{"x-request-id", "r1"}}, Body: []byte(`{"a":1}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := "POST /v1/chat " + addr(srv) + ` {"a":1}`; string(b) != want {
+		resp, b := fetch(t, c, &Request{Addr: addr(srv), Path: "/v1/chat", Headers: []Header{{"x-request-id", "r1"}}, Body: []byte(`{"a":1}`)})
+		if want := "POST /v1/chat " + addr(srv) + ` {"a":1}`; b != want {
 			t.Fatalf("body %q, want %q", b, want)
 		}
 		if resp.StatusCode != 200 || resp.Header("x-echo-id") != "r1" || resp.Header("CONTENT-TYPE") != "application/json" {
@@ -158,14 +165,9 @@ func TestInterimTrailersExtensions(t *testing.T) {
 	c := newClient()
 	defer c.Close()
 	for i := 0; i < 2; i++ {
-		resp, err := c.Do(context.Background(), &Request{Addr: a, Path: "/"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || string(b) != "hello world" || resp.StatusCode != 201 || resp.Header("Content-Type") != "text/plain" {
-			t.Fatalf("%d %q %q %v", resp.StatusCode, resp.Header("Content-Type"), b, err)
+		resp, b := fetch(t, c, &Request{Addr: a, Path: "/"})
+		if b != "hello world" || resp.StatusCode != 201 || resp.Header("Content-Type") != "text/plain" {
+			t.Fatalf("%d %q %q", resp.StatusCode, resp.Header("Content-Type"), b)
 		}
 	}
 }
@@ -268,14 +270,8 @@ func TestConnectionCloseAndToEOF(t *testing.T) {
 	c := newClient()
 	defer c.Close()
 	for i := 0; i < 2; i++ {
-		resp, err := c.Do(context.Background(), &Request{Addr: a, Path: "/"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || string(b) != "until the end" {
-			t.Fatalf("%q %v", b, err)
+		if _, b := fetch(t, c, &Request{Addr: a, Path: "/"}); b != "until the end" {
+			t.Fatalf("%q", b)
 		}
 	}
 	if n := conns.Load(); n != 2 {
@@ -316,12 +312,7 @@ func TestEarlyCloseDrainsForReuse(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	resp, err = c.Do(context.Background(), &Request{Addr: addr(srv), Path: "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
+	fetch(t, c, &Request{Addr: addr(srv), Path: "/"})
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections, want 1", n)
 	}
@@ -362,13 +353,7 @@ func TestLargeBody(t *testing.T) {
 	c := newClient()
 	defer c.Close()
 	body := []byte(strings.Repeat("x", 300<<10))
-	resp, err := c.Do(context.Background(), &Request{Addr: addr(srv), Path: "/", Body: body})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || len(b) != len(body) {
-		t.Fatalf("%d bytes back, %v", len(b), err)
+	if _, b := fetch(t, c, &Request{Addr: addr(srv), Path: "/", Body: body}); len(b) != len(body) {
+		t.Fatalf("%d bytes back", len(b))
 	}
 }
