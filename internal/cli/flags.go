@@ -153,6 +153,17 @@ func frontendFlags(fs *flag.FlagSet, c *node.FrontendConfig) {
 	fs.DurationVar(&c.ClientReadTimeout, "client-read-timeout", 30*time.Second, "longest a client may take to send its request body (408 after)")
 	fs.DurationVar(&c.ClientIdleTimeout, "client-idle-timeout", 60*time.Second, "close a keep-alive connection idle this long")
 	fs.DurationVar(&c.ClientStallTimeout, "client-stall-timeout", 30*time.Second, "cut off a client that stopped reading its answer this long, and cancel its request on the worker")
+	fs.Func("http-server", "client-facing HTTP `server`: h1 (the frontend's own HTTP/1.1 server, the default) or net/http (Go's standard server, slower per request: a fallback)", func(v string) error {
+		switch v {
+		case "h1":
+			c.NetHTTPServer = false
+		case "net/http":
+			c.NetHTTPServer = true
+		default:
+			return fmt.Errorf("want h1 or net/http, got %q", v)
+		}
+		return nil
+	})
 	fs.IntVar(&c.MaxConnections, "max-connections", 4096, "open client connections at most; one more gets 503 and is closed")
 	fs.IntVar(&c.MaxInflight, "max-inflight", 0, "completion requests served at once at most; more get 429 with Retry-After (0: no limit)")
 	fs.IntVar(&c.MaxInflightPerWorker, "max-inflight-per-worker", 0, "requests open on one worker at most; when every worker is full, 429 with Retry-After (0: no limit)")

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-llm/switchyard/internal/h1"
 	"github.com/switchyard-llm/switchyard/internal/openai"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer"
 	"github.com/switchyard-llm/switchyard/internal/tokenizer/tokentest"
@@ -81,11 +84,33 @@ func benchSetupTok(b *testing.B, stream []byte, flushEach bool, tok Tokenizer) (
 	if err != nil {
 		b.Fatal(err)
 	}
-	fs := httptest.NewServer(s.Handler())
-	b.Cleanup(func() { fs.Close(); s.Close() })
+	front = serveFront(b, s.Handler())
+	b.Cleanup(s.Close)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 	b.Cleanup(tr.CloseIdleConnections)
-	return ws.URL, fs.URL, &http.Client{Transport: tr}
+	return ws.URL, front, &http.Client{Transport: tr}
+}
+
+var benchNetHTTP = flag.Bool("bench.nethttp", false, "benchmarks serve the frontend with net/http's server instead of internal/h1's")
+
+// serveFront serves h on loopback as the frontend binary does (with
+// internal/h1, or net/http's server under -bench.nethttp) and returns
+// its URL.
+func serveFront(b *testing.B, h http.Handler) string {
+	b.Helper()
+	if *benchNetHTTP {
+		fs := httptest.NewServer(h)
+		b.Cleanup(fs.Close)
+		return fs.URL
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &h1.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 const benchPrompt = `{"model":"qwen3-0.6b","messages":[{"role":"user","content":"Write one word."}],"stream":true,"stream_options":{"include_usage":true}}`

@@ -514,7 +514,9 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 		if len(payload) == 0 {
 			st.atBoundary = true
 			if st.sawDone {
-				flush(fl)
+				// No flush: the server writes the rest when the handler
+				// returns, microseconds later, and then the last event and
+				// the end of the body go out in one write, not two.
 				return nil
 			}
 			continue

@@ -26,6 +26,7 @@ import (
 	"github.com/switchyard-llm/switchyard/internal/enginetok"
 	"github.com/switchyard-llm/switchyard/internal/frontend"
 	"github.com/switchyard-llm/switchyard/internal/gate"
+	"github.com/switchyard-llm/switchyard/internal/h1"
 	"github.com/switchyard-llm/switchyard/internal/kvevents"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"
 	"github.com/switchyard-llm/switchyard/internal/replica"
@@ -81,10 +82,14 @@ type FrontendConfig struct {
 	EjectAfter     int           // consecutive connect failures that eject a worker; 0: 2
 
 	// Client-side bounds; zero takes the defaults (see frontend.Config).
-	ClientHeaderTimeout  time.Duration // reading a request's headers; 0: 10 s
-	ClientReadTimeout    time.Duration // reading its body
-	ClientIdleTimeout    time.Duration // an idle keep-alive connection; 0: 60 s
-	ClientStallTimeout   time.Duration // a client that stopped reading
+	ClientHeaderTimeout time.Duration // reading a request's headers; 0: 10 s
+	ClientReadTimeout   time.Duration // reading its body
+	ClientIdleTimeout   time.Duration // an idle keep-alive connection; 0: 60 s
+	ClientStallTimeout  time.Duration // a client that stopped reading
+	// NetHTTPServer serves clients with net/http's server instead of
+	// internal/h1 (--http-server net/http): the same handlers, slower per
+	// request (docs/proxy-bench.md).
+	NetHTTPServer        bool
 	MaxConnections       int
 	MaxInflight          int
 	MaxInflightPerWorker int
@@ -143,7 +148,7 @@ type Frontend struct {
 	peerLoad peerLoad        // the peers' requests in flight per worker
 	server   *frontend.Server
 	live     atomic.Pointer[frontend.Server] // server, for onChange, which runs before it is set
-	http     *http.Server
+	http     httpServer
 	url      string
 	client   *http.Client
 
@@ -408,9 +413,14 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 	// No ReadTimeout or WriteTimeout: streams run for minutes. The body
 	// read and every write are bounded per request instead (frontend.Config
 	// ClientReadTimeout, ClientStallTimeout).
-	f.http = &http.Server{Handler: f.server.Handler(),
-		ReadHeaderTimeout: cmp.Or(cfg.ClientHeaderTimeout, 10*time.Second),
-		IdleTimeout:       cmp.Or(cfg.ClientIdleTimeout, 60*time.Second),
+	if cfg.NetHTTPServer {
+		f.http = &http.Server{Handler: f.server.Handler(),
+			ReadHeaderTimeout: cmp.Or(cfg.ClientHeaderTimeout, 10*time.Second),
+			IdleTimeout:       cmp.Or(cfg.ClientIdleTimeout, 60*time.Second),
+		}
+	} else {
+		f.http = &h1.Server{Handler: f.server.Handler(), Logger: f.log,
+			HeaderTimeout: cfg.ClientHeaderTimeout, IdleTimeout: cfg.ClientIdleTimeout}
 	}
 	f.goRun("http", func() error {
 		if err := f.http.Serve(f.server.Listener(ln)); !errors.Is(err, http.ErrServerClosed) {
@@ -419,6 +429,14 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		return nil
 	})
 	return f, nil
+}
+
+// httpServer is what the frontend needs of its client-facing server:
+// internal/h1's or net/http's.
+type httpServer interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
 }
 
 // engineTokenizer asks model's workers to tokenize (--tokenizer engine).

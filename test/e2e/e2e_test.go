@@ -228,7 +228,15 @@ func TestWorkerKilledMidRun(t *testing.T) {
 	// Only streams in flight on the killed worker may fail: at most the
 	// concurrency. Everything after them must succeed.
 	if failed == 0 {
-		t.Errorf("no request failed although w2 was killed with streams in flight")
+		// The kill can land while w2's requests are all before their first
+		// byte (in flight, not yet streaming): the frontend then retries
+		// them elsewhere and every client succeeds, which is right. Any
+		// other way to lose no request is not.
+		if r := metric(t, url, "switchyard_retries_total"); r == 0 {
+			t.Errorf("no request failed and none was retried although w2 was killed with requests in flight")
+		} else {
+			t.Logf("the kill found w2's requests before their first byte: %v retried elsewhere, none failed", r)
+		}
 	}
 	if failed > 4 {
 		t.Errorf("%d of %d requests failed; want at most the 4 in flight when the worker died", failed, n)

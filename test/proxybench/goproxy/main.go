@@ -5,8 +5,9 @@
 // frontend's relay does. It parses, tokenizes and routes nothing, so what
 // it adds to a request is what any Go proxy on net/http pays on this
 // machine; what the frontend adds beyond it is the frontend's own work.
+// With -h1 it serves on internal/h1, the frontend's server, instead.
 //
-//	goproxy --listen 127.0.0.1:18903 --upstream 127.0.0.1:18901
+//	goproxy --listen 127.0.0.1:18903 --upstream 127.0.0.1:18901 [-h1]
 package main
 
 import (
@@ -18,27 +19,37 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
+	"github.com/switchyard-llm/switchyard/internal/h1"
 	"github.com/switchyard-llm/switchyard/internal/upstream"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
 	to := flag.String("upstream", "", "the worker's host:port")
+	lean := flag.Bool("h1", false, "serve with internal/h1 (the frontend's server) instead of net/http's")
 	flag.Parse()
 	if *to == "" {
 		fmt.Fprintln(os.Stderr, "goproxy: --upstream host:port is required")
 		os.Exit(2)
 	}
 	c := &upstream.Client{Dial: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdlePerHost: 256}
+	if *lean {
+		ln, err := net.Listen("tcp", *listen)
+		if err != nil {
+			log.Fatal(err)
+		}
+		log.Fatal((&h1.Server{Handler: proxy(c, *to)}).Serve(ln))
+	}
 	srv := &http.Server{Addr: *listen, Handler: proxy(c, *to), ReadHeaderTimeout: 10 * time.Second}
 	log.Fatal(srv.ListenAndServe())
 }
 
 func proxy(c *upstream.Client, to string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
+		body, err := readAll(r)
 		if err != nil {
 			http.Error(w, `{"error":{"message":"goproxy: read request body","type":"invalid_request_error"}}`, http.StatusBadRequest)
 			return
@@ -57,7 +68,9 @@ func proxy(c *upstream.Client, to string) http.HandlerFunc {
 		}
 		w.WriteHeader(resp.StatusCode)
 		fl, _ := w.(http.Flusher)
-		br := bufio.NewReaderSize(resp.Body, 64<<10)
+		br := readers.Get().(*bufio.Reader)
+		br.Reset(resp.Body)
+		defer readers.Put(br)
 		for {
 			line, err := br.ReadSlice('\n')
 			if len(line) > 0 {
@@ -73,4 +86,16 @@ func proxy(c *upstream.Client, to string) http.HandlerFunc {
 			}
 		}
 	}
+}
+
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
+
+// readAll reads the request body in one allocation when its length is known.
+func readAll(r *http.Request) ([]byte, error) {
+	if r.ContentLength < 0 || r.ContentLength > 64<<20 {
+		return io.ReadAll(r.Body)
+	}
+	b := make([]byte, r.ContentLength)
+	_, err := io.ReadFull(r.Body, b)
+	return b, err
 }
