@@ -25,6 +25,9 @@ var decodeCases = []struct {
 	{"token prompt", `{"prompt":[1,2,3]}`, true},
 	{"folded keys", `{"Messages":[{"ROLE":"user","Content":"x"}],"PROMPT":"p"}`, true},
 	{"empty object", `{}`, true},
+	{"scalars only, no encoding/json", `{"MODEL":"m","Stream":false,"stream_options":{ "include_usage" : false },"max_completion_tokens":-0,"messages":[]}`, true},
+	{"scalars beside other members", `{"model":"m\u00e9","max_tokens":9223372036854775807,"temperature":0.5,"user":"u","stream":true}`, true},
+
 	{"stop and logprobs", `{"messages":[{"role":"user","content":"x"}],"stop":["a","b"],"logprobs":true,"logit_bias":{"1":2}}`, true},
 
 	{"image part", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x"}}]}]}`, false},
@@ -41,6 +44,13 @@ var decodeCases = []struct {
 	{"truncated", `{"messages":[{"role":"user","content":"a`, false},
 	{"bad number", `{"messages":[{"role":"user","content":"a","x":01}]}`, false},
 	{"type error elsewhere", `{"messages":[{"role":"user","content":"a"}],"max_tokens":"8"}`, false},
+	{"duplicate model, folded", `{"model":"a","Model":"b"}`, false},
+	{"model null", `{"model":null,"messages":[]}`, false},
+	{"max_tokens with a fraction", `{"max_tokens":1.5}`, false},
+	{"max_tokens with an exponent", `{"max_tokens":1e2}`, false},
+	{"max_tokens overflows", `{"max_tokens":9223372036854775808}`, false},
+	{"stream_options with more members", `{"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`, false},
+	{"stream not a bool", `{"stream":"yes"}`, false},
 	{"prompt batch", `{"prompt":["a","b"]}`, false},
 	{"not an object", `[1]`, false},
 	{"null", `null`, false},
