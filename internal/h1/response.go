@@ -242,19 +242,25 @@ func (w *response) fail(err error) {
 	}
 }
 
+// writePre moves the held body into the write buffer, writing the header
+// first if it is not yet (final: the handler has returned).
+func (w *response) writePre(final bool) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(w.c.pre, final)
+	}
+	w.writeBody(w.c.pre)
+	w.c.pre = w.c.pre[:0]
+}
+
 // Flush writes what the handler has written to the client.
 func (w *response) Flush() { _ = w.FlushError() }
 
 // FlushError is Flush for http.ResponseController, with the write's error.
 func (w *response) FlushError() error {
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	if !w.committed {
-		w.commit(w.c.pre, false)
-	}
-	w.writeBody(w.c.pre)
-	w.c.pre = w.c.pre[:0]
+	w.writePre(false)
 	if w.err != nil {
 		return w.err
 	}
@@ -277,14 +283,7 @@ func (w *response) SetWriteDeadline(t time.Time) error {
 // finish ends the answer once the handler has returned; it reports
 // whether the connection can take another request.
 func (w *response) finish() bool {
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	if !w.committed {
-		w.commit(w.c.pre, true)
-	}
-	w.writeBody(w.c.pre)
-	w.c.pre = w.c.pre[:0]
+	w.writePre(true)
 	if w.chunked && w.err == nil {
 		_, err := w.c.bw.WriteString("0\r\n\r\n")
 		w.fail(err)
