@@ -125,7 +125,7 @@ func (r *report) run() {
 		r.printf(".\n\n")
 		r.check("real KV transfers >= 95% of raw TCP at 1 Gbit/s", eff1 >= minXferShare*raw1,
 			"effective %.1f MB/s, raw %.1f MB/s (%s)", eff1, raw1, pct(eff1/raw1))
-		r.field(tbf, emu, x1)
+		r.field(tbf, emu, x1, xemu)
 	}
 	for _, rate := range []string{"1gbit", "10gbit"} {
 		if rep := r.bench("load-" + rate + ".json"); rep != nil {
@@ -143,7 +143,11 @@ func (r *report) run() {
 }
 
 // field writes the field report's table: one prompt at a time, per size.
-func (r *report) field(tbf, emu *bench.Report, xferMBps float64) {
+// Each link's always TTFT is checked against its own cost model (standalone
+// TTFT + KV bytes ÷ that link's measured throughput); the two links are
+// compared once, on throughput. Comparing the two TTFTs directly compounds
+// the run-to-run drift of the kernel link's throughput into a second claim.
+func (r *report) field(tbf, emu *bench.Report, xferMBps, emuMBps float64) {
 	never, always, auto := run(tbf, "never"), run(tbf, "always"), run(tbf, "auto")
 	if never == nil || always == nil || auto == nil {
 		r.fail(errors.New("field-tbf.json: want runs for never, always and auto"))
@@ -179,8 +183,9 @@ func (r *report) field(tbf, emu *bench.Report, xferMBps float64) {
 			"measured %s ms, model %s ms (%+.1f%%)", ms(ta), ms(model), 100*(ta/model-1))
 		r.check(fmt.Sprintf("auto at %d tokens within 10%% of standalone", n), within(tu, tn, ttftTolerance),
 			"auto %s ms, never %s ms (%+.1f%%)", ms(tu), ms(tn), 100*(tu/tn-1))
-		r.check(fmt.Sprintf("emulated always at %d tokens within 10%% of tc tbf", n), within(te, ta, ttftTolerance),
-			"emulated %s ms, tc tbf %s ms", ms(te), ms(ta))
+		emuModel := tn + kv/(emuMBps*1e6)
+		r.check(fmt.Sprintf("emulated always at %d tokens matches prefill + KV bytes ÷ emulated throughput within 10%%", n), within(te, emuModel, ttftTolerance),
+			"emulated %s ms, model %s ms at %.1f MB/s (tc tbf %s ms)", ms(te), ms(emuModel), emuMBps, ms(ta))
 	}
 	r.printf("\nalways ÷ never TTFT: ")
 	for _, g := range never.Groups {
