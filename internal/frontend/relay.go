@@ -497,9 +497,8 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 					if _, werr := dst.Write(eventBoundary[:1]); werr != nil {
 						return &clientWriteError{err: werr}
 					}
-					flush(fl)
 					st.atBoundary = true
-					return nil
+					return st.end(dst)
 				}
 				err = io.ErrUnexpectedEOF
 			}
@@ -514,10 +513,7 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 		if len(payload) == 0 {
 			st.atBoundary = true
 			if st.sawDone {
-				// No flush: the server writes the rest when the handler
-				// returns, microseconds later, and then the last event and
-				// the end of the body go out in one write, not two.
-				return nil
+				return st.end(dst)
 			}
 			continue
 		}
@@ -525,6 +521,25 @@ func (s *Server) relayStream(dst io.Writer, fl http.Flusher, br *bufio.Reader, i
 			s.inspect(bytes.TrimSpace(payload[len(dataPrefix):]), st)
 		}
 	}
+}
+
+// end sends the rest of a whole stream, the end of the body included,
+// before the frontend's bookkeeping of it (index agreement, the in-flight
+// record, metrics): when the events came in one burst nothing was flushed
+// yet, and the client's first byte would otherwise wait for that work.
+// The last event and the end of the body go out in one write. A writer
+// that cannot end its body early (an API translation, which writes its
+// own last events) is left to the handler's return.
+func (st *relayState) end(dst io.Writer) error {
+	e, ok := dst.(bodyEnder)
+	if !ok {
+		return nil
+	}
+	st.extendDeadline()
+	if err := e.EndBody(); err != nil {
+		return st.writeFailed(err)
+	}
+	return nil
 }
 
 // lineBuffered reports whether br holds a whole line, so the next ReadSlice

@@ -385,6 +385,19 @@ func (w *statusWriter) Flush() {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// bodyEnder is a writer that can send the end of its answer before the
+// handler returns: internal/h1's, through statusWriter.
+type bodyEnder interface{ EndBody() error }
+
+// EndBody ends the answer now if the server can (internal/h1), and
+// otherwise flushes what was written.
+func (w *statusWriter) EndBody() error {
+	if e, ok := w.ResponseWriter.(bodyEnder); ok {
+		return e.EndBody()
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
 // workerAuth presents the worker key on every request the frontend sends to a
 // worker (completions, prefills, liveness checks, cache resets), so a
 // keyed worker admits the frontend and no one else. It clones a request

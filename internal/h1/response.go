@@ -1,6 +1,7 @@
 package h1
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,7 +31,11 @@ type response struct {
 	length      int64 // the handler's Content-Length, or -1
 	written     int64
 	err         error // a write to the client failed
+	ended       bool  // EndBody sent the whole answer
 }
+
+// ErrBodyEnded is a write after EndBody.
+var ErrBodyEnded = errors.New("h1: write after the body was ended")
 
 var (
 	_ http.ResponseWriter = (*response)(nil)
@@ -100,6 +105,9 @@ func (w *response) WriteHeader(code int) {
 var framing = map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Connection": true}
 
 func (w *response) Write(p []byte) (int, error) {
+	if w.ended {
+		return 0, ErrBodyEnded
+	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -149,6 +157,9 @@ func (w *response) holds(n int) bool {
 
 // WriteString saves io.WriteString a copy.
 func (w *response) WriteString(s string) (int, error) {
+	if w.ended {
+		return 0, ErrBodyEnded
+	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -260,6 +271,9 @@ func (w *response) Flush() { _ = w.FlushError() }
 
 // FlushError is Flush for http.ResponseController, with the write's error.
 func (w *response) FlushError() error {
+	if w.ended {
+		return w.err
+	}
 	w.writePre(false)
 	if w.err != nil {
 		return w.err
@@ -280,13 +294,36 @@ func (w *response) SetWriteDeadline(t time.Time) error {
 	return w.c.nc.SetWriteDeadline(t)
 }
 
-// finish ends the answer once the handler has returned; it reports
-// whether the connection can take another request.
-func (w *response) finish() bool {
+// EndBody sends the rest of the answer and ends it (the last chunk of a
+// chunked body, or a Content-Length when nothing was sent yet) before the
+// handler returns, so that work the handler does after its answer is
+// complete does not delay the client. Later writes fail with ErrBodyEnded.
+func (w *response) EndBody() error {
+	if w.ended {
+		return w.err
+	}
+	w.end()
+	w.ended = true
+	if w.err == nil {
+		w.fail(w.c.bw.Flush())
+	}
+	return w.err
+}
+
+// end moves the rest of the body into the write buffer, framing its end.
+func (w *response) end() {
 	w.writePre(true)
 	if w.chunked && w.err == nil {
 		_, err := w.c.bw.WriteString("0\r\n\r\n")
 		w.fail(err)
+	}
+}
+
+// finish ends the answer once the handler has returned; it reports
+// whether the connection can take another request.
+func (w *response) finish() bool {
+	if !w.ended {
+		w.end()
 	}
 	if w.length >= 0 && w.written < w.length && w.bodyAllowed && !w.head {
 		w.closeAfter = true // the client waits for bytes that will not come

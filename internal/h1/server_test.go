@@ -392,3 +392,53 @@ func TestUnreadBodyAndDeadlines(t *testing.T) {
 		t.Errorf("%d connections, %d reused, want 1 and 2", accepted.Load(), reused.Load())
 	}
 }
+
+// EndBody sends the whole answer while the handler still runs: the client
+// reads it to its end, chunked or with a Content-Length, before the
+// handler returns; later writes fail; the connection is reused.
+func TestEndBodyBeforeReturn(t *testing.T) {
+	release := make(chan struct{})
+	writeErr := make(chan error, 2)
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "data: a\n\n")
+		if r.URL.Path == "/chunked" {
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		}
+		if err := w.(interface{ EndBody() error }).EndBody(); err != nil {
+			t.Errorf("EndBody: %v", err)
+		}
+		_, err := io.WriteString(w, "late")
+		writeErr <- err
+		<-release
+	})}
+	addr, accepted := serve(t, s)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+	for _, tc := range []struct {
+		path, want string
+		chunked    bool
+	}{
+		{"/chunked", "data: a\n\ndata: [DONE]\n\n", true},
+		{"/length", "data: a\n\n", false},
+	} {
+		resp, err := c.Get("http://" + addr + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body) // the handler is still blocked
+		resp.Body.Close()
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: body %q err %v, want %q", tc.path, got, err, tc.want)
+		}
+		if chunked := len(resp.TransferEncoding) > 0; chunked != tc.chunked {
+			t.Errorf("%s: chunked %v, want %v", tc.path, chunked, tc.chunked)
+		}
+		if err := <-writeErr; !errors.Is(err, ErrBodyEnded) {
+			t.Errorf("%s: write after EndBody: %v, want ErrBodyEnded", tc.path, err)
+		}
+		release <- struct{}{}
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Errorf("%d connections, want 1 (reused after EndBody)", n)
+	}
+}

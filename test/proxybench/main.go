@@ -145,6 +145,9 @@ type caseResult struct {
 	FloorRatio   float64 `json:"ratio_to_go_floor,omitempty"`
 	FloorRPS     float64 `json:"go_floor_req_per_s,omitempty"`
 	FrontendCPU  float64 `json:"frontend_cpu_us_per_request,omitempty"`
+	// To the end of the stream rather than its first byte.
+	NginxAddsWhole float64 `json:"nginx_adds_whole_stream_p50_us,omitempty"`
+	SYAddsWhole    float64 `json:"switchyard_adds_whole_stream_p50_us,omitempty"`
 }
 
 // caseBodies makes the i-th prompt of a case for target t. Prompts differ
@@ -200,34 +203,35 @@ func newClient(conns int) *http.Client {
 
 // stream sends one streamed chat and returns the time to the first byte of
 // the answer's body; it reads the stream to its end.
-func stream(ctx context.Context, c *http.Client, url string, b []byte) (time.Duration, error) {
+func stream(ctx context.Context, c *http.Client, url string, b []byte) (ttfb, whole time.Duration, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(b))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	if _, err := br.Peek(1); err != nil {
-		return 0, fmt.Errorf("%s: read first byte: %w", url, err)
+		return 0, 0, fmt.Errorf("%s: read first byte: %w", url, err)
 	}
-	ttfb := time.Since(start)
-	rest, err := io.ReadAll(br)
+	ttfb = time.Since(start)
+	rest, err := io.ReadAll(br) // to the end of the body: the last chunk's terminator
+	whole = time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("%s: read stream: %w", url, err)
+		return 0, 0, fmt.Errorf("%s: read stream: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: status %d: %.200s", url, resp.StatusCode, rest)
+		return 0, 0, fmt.Errorf("%s: status %d: %.200s", url, resp.StatusCode, rest)
 	}
 	if !bytes.Contains(rest, []byte("[DONE]")) {
-		return 0, fmt.Errorf("%s: stream ended without [DONE]", url)
+		return 0, 0, fmt.Errorf("%s: stream ended without [DONE]", url)
 	}
-	return ttfb, nil
+	return ttfb, whole, nil
 }
 
 func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, error) {
@@ -248,16 +252,16 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 		}
 		mk := caseBodies[name]
 		n := len(cfg.targets)
-		ttfb := make([][]time.Duration, n)
+		ttfb, whole := make([][]time.Duration, n), make([][]time.Duration, n)
 		for i := -cfg.warmup; i < cfg.requests; i++ {
 			for k := range n {
 				t := (k + i + cfg.warmup) % n // rotate who goes first
-				d, err := stream(ctx, c, cfg.targets[t].url, body(cfg.model, cfg.maxTokens, mk(i+cfg.warmup, t)))
+				d, e, err := stream(ctx, c, cfg.targets[t].url, body(cfg.model, cfg.maxTokens, mk(i+cfg.warmup, t)))
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", label, err)
 				}
 				if i >= 0 {
-					ttfb[t] = append(ttfb[t], d)
+					ttfb[t], whole[t] = append(ttfb[t], d), append(whole[t], e)
 				}
 			}
 			if i >= 0 && (i+1)%100 == 0 {
@@ -271,7 +275,7 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 			sy := cfg.targets[2].url
 			cpu0 := procCPU(cfg.frontendPID)
 			for i := range cfg.requests {
-				if _, err := stream(ctx, c, sy, body(cfg.model, cfg.maxTokens, mk(cfg.warmup+cfg.requests+i, 2))); err != nil {
+				if _, _, err := stream(ctx, c, sy, body(cfg.model, cfg.maxTokens, mk(cfg.warmup+cfg.requests+i, 2))); err != nil {
 					return nil, fmt.Errorf("%s: %w", label, err)
 				}
 			}
@@ -281,6 +285,7 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 		nd, sd := diffs(ttfb[1], ttfb[0]), diffs(ttfb[2], ttfb[0])
 		r.NginxAdds, r.SYAdds = us(pct(nd, 0.5)), us(pct(sd, 0.5))
 		r.NginxAddsP90, r.SYAddsP90 = us(pct(nd, 0.9)), us(pct(sd, 0.9))
+		r.NginxAddsWhole, r.SYAddsWhole = us(pct(diffs(whole[1], whole[0]), 0.5)), us(pct(diffs(whole[2], whole[0]), 0.5))
 		if r.NginxAdds > 0 {
 			r.Ratio = r.SYAdds / r.NginxAdds
 		}
@@ -318,7 +323,7 @@ func throughput(ctx context.Context, cfg config, label string, stderr io.Writer)
 				defer wg.Done()
 				for i := 0; ; i++ {
 					b := body(cfg.model, cfg.maxTokens, caseBodies["short"](i*cfg.concurrency+g, t))
-					if _, err := stream(ctx, c, tg.url, b); err != nil {
+					if _, _, err := stream(ctx, c, tg.url, b); err != nil {
 						if ctx.Err() == nil {
 							once.Do(func() { firstErr = err })
 						}
@@ -441,6 +446,12 @@ func printTable(w io.Writer, res []caseResult) {
 		}
 		fmt.Fprintf(w, "\n| %s | direct | nginx | Switchyard | Switchyard / nginx |\n|---|---|---|---|---|\n", r.Case)
 		fmt.Fprintf(w, "| req/s | %.0f | %.0f | %.0f | **%.2f×** |\n", r.DirectRPS, r.NginxRPS, r.SYRPS, r.Ratio)
+	}
+	fmt.Fprintln(w)
+	for _, r := range res {
+		if r.DirectRPS == 0 {
+			fmt.Fprintf(w, "to the end of the stream, p50: nginx adds %.0f µs, Switchyard %.0f µs (%s)\n", r.NginxAddsWhole, r.SYAddsWhole, r.Case)
+		}
 	}
 	for _, r := range res {
 		if r.FrontendCPU > 0 {
