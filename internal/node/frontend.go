@@ -251,7 +251,7 @@ func StartFrontend(ctx context.Context, cfg FrontendConfig) (_ *Frontend, err er
 		f.cfg.ReplicaID = cfg.ReplicaID
 	}
 	if f.router, err = router.New(router.Config{Index: f.index, Policy: cfg.Policy, Alpha: cfg.Alpha, Seed: cfg.Seed, TierBlind: cfg.TierBlind,
-		RotationStart: rotationStart(cfg.ReplicaID)}); err != nil {
+		RotationStart: rotationStart(cfg.ReplicaID), ApproxOffPath: true}); err != nil {
 		return nil, err
 	}
 	if err = f.router.Register(cfg.Registry); err != nil {

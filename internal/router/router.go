@@ -37,6 +37,15 @@ type Config struct {
 	// events are always healthy (switchyard simulate), where it would
 	// never be read. Unhealthy workers then get no approximate overlap.
 	NoApprox bool
+	// ApproxOffPath records the decision for a long prompt (at least
+	// offPathBlocks blocks) in the approximate index on a goroutine of its
+	// own, so that the request goes to its worker meanwhile: the record is
+	// a map write per block, cache misses in a table of up to a million
+	// entries. A Pick made in the same microseconds may not see it yet,
+	// which is the index's approximation anyway (a concurrent Pick could
+	// as well have come first). The caller must not change req.Hashes
+	// after Pick. Simulate and tests record inline.
+	ApproxOffPath bool
 	// LoadReportTTL is how long a worker's load report corrects the
 	// tracked load; 0 means 1 s (four missed 250 ms reports).
 	LoadReportTTL time.Duration
@@ -61,6 +70,7 @@ type Router struct {
 	index     *kvindex.Index
 	tierBlind bool
 	noApprox  bool
+	offPath   bool
 	now       func() time.Time
 	approx    *approx
 	load      *tracker
@@ -99,6 +109,7 @@ func New(cfg Config) (*Router, error) {
 		index:     cfg.Index,
 		tierBlind: cfg.TierBlind,
 		noApprox:  cfg.NoApprox,
+		offPath:   cfg.ApproxOffPath,
 		now:       cfg.Now,
 		approx:    newApprox(cfg.ApproxTTL, cfg.ApproxCapacity),
 		load:      newTracker(cfg.LoadReportTTL, cfg.Now),
@@ -234,6 +245,11 @@ func (s *scratch) Priced(i int) float64 { return s.priced[i] }
 // Tiers implements Overlapper.
 func (s *scratch) Tiers(i int) kvindex.TierCounts { return s.tiers[i] }
 
+// offPathBlocks is the shortest prompt, in blocks, whose decision
+// ApproxOffPath records off the request's path: below it the record costs
+// less than starting a goroutine.
+const offPathBlocks = 32
+
 // Pick chooses a worker among candidates for req under the current policy,
 // books req on it when req.ID is set, records the decision in the
 // approximate index and counts it in metrics. The Load of each candidate is
@@ -263,7 +279,11 @@ func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	if len(req.Hashes) > 0 && !r.noApprox {
+	switch {
+	case len(req.Hashes) == 0 || r.noApprox:
+	case r.offPath && len(req.Hashes) >= offPathBlocks:
+		go r.approx.record(d.Worker, req.Hashes, now)
+	default:
 		r.approx.record(d.Worker, req.Hashes, now)
 	}
 	r.m.observe(d, len(req.Hashes))

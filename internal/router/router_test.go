@@ -470,3 +470,42 @@ func TestEventsOffSimulation(t *testing.T) {
 		t.Errorf("kv without approx hit %.3f, random %.3f: the simulation does not need the approximate index", blind, random)
 	}
 }
+
+// TestApproxOffPath: recorded off the request's path, a long prompt's
+// decision reaches the approximate index all the same, and the picks of
+// a sequence of requests (each waiting for the one before, as a client's
+// turns do) are the ones inline recording makes.
+func TestApproxOffPath(t *testing.T) {
+	silent := []Worker{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	prompts := [][]uint64{hashes(4, offPathBlocks), hashes(5, offPathBlocks+8), hashes(4, offPathBlocks), hashes(6, 3), hashes(5, offPathBlocks+8)}
+	run := func(off bool) []Decision {
+		r, _ := newTestRouter(t, Config{ApproxTTL: time.Minute, ApproxOffPath: off})
+		var out []Decision
+		seen := map[uint64]bool{}
+		for _, h := range prompts {
+			d, err := r.Pick(&Request{Hashes: h}, silent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, d)
+			for _, x := range h {
+				seen[x] = true
+			}
+			// Wait for the record: every block seen so far is in the index.
+			deadline := time.Now().Add(10 * time.Second)
+			for r.ApproxLen() < len(seen) && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return out
+	}
+	inline, off := run(false), run(true)
+	for i := range inline {
+		if inline[i].Worker != off[i].Worker || inline[i].OverlapBlocks != off[i].OverlapBlocks {
+			t.Errorf("request %d: inline %+v, off the path %+v", i, inline[i], off[i])
+		}
+	}
+	if off[2].OverlapBlocks != offPathBlocks || !off[2].Approx {
+		t.Errorf("repeat of a long prompt = %+v, want approx overlap %d", off[2], offPathBlocks)
+	}
+}
