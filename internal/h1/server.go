@@ -70,6 +70,12 @@ type Server struct {
 	conns    map[*conn]bool // value: idle, waiting for a request
 	sweeping bool
 	stop     chan struct{} // closed by Shutdown and Close: the sweeper ends
+	// The sweeper parks after a second without requests, so an idle server
+	// does not wake 50 times a second; the next request wakes it (one
+	// atomic load per request otherwise).
+	started atomic.Uint64 // requests armed, ever
+	parked  atomic.Bool
+	wake    chan struct{}
 }
 
 // Serve accepts connections on ln and serves each on its own goroutine. It
@@ -174,6 +180,7 @@ func (s *Server) track(ln net.Listener, add bool) bool {
 	if s.lns == nil {
 		s.lns = make(map[net.Listener]struct{})
 		s.stop = make(chan struct{})
+		s.wake = make(chan struct{}, 1)
 	}
 	s.lns[ln] = struct{}{}
 	if !s.sweeping {
@@ -203,6 +210,7 @@ func (s *Server) sweep(stop chan struct{}) {
 	tick := time.NewTicker(after)
 	defer tick.Stop()
 	var due []*conn
+	quiet, seen := 0, s.started.Load()
 	for {
 		select {
 		case <-stop:
@@ -210,13 +218,34 @@ func (s *Server) sweep(stop chan struct{}) {
 		case <-tick.C:
 		}
 		now := monotonic()
+		running := false
 		s.mu.Lock()
 		for c, idle := range s.conns {
-			if since := c.since.Load(); !idle && since != 0 && now-since >= int64(after) {
+			since := c.since.Load()
+			running = running || !idle && since != 0
+			if !idle && since != 0 && now-since >= int64(after) {
 				due = append(due, c)
 			}
 		}
 		s.mu.Unlock()
+		if n := s.started.Load(); running || n != seen {
+			quiet, seen = 0, n
+		} else if quiet++; quiet >= int(time.Second/after) {
+			// Parked until a request is armed: arm reads parked after
+			// storing since and started, so either this check sees that
+			// request or arm sees parked and wakes the sweeper.
+			s.parked.Store(true)
+			if s.started.Load() == seen {
+				select {
+				case <-stop:
+					return
+				case <-s.wake:
+				}
+			}
+			s.parked.Store(false)
+			quiet, seen = 0, s.started.Load()
+			tick.Reset(after)
+		}
 		for i, c := range due {
 			c.watchDue()
 			due[i] = nil
@@ -465,6 +494,14 @@ func (c *conn) arm(cancel context.CancelFunc, bodyRead bool) {
 	c.armed, c.due, c.bodyRead, c.gone, c.cancel = true, false, bodyRead, false, cancel
 	c.wmu.Unlock()
 	c.since.Store(monotonic())
+	s := c.s
+	s.started.Add(1)
+	if s.parked.Load() && s.parked.CompareAndSwap(true, false) {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (c *conn) watchDue() {

@@ -194,28 +194,39 @@ func TestHeaderTooLarge(t *testing.T) {
 // A client that leaves while its request waits ends the request's context,
 // once the request has run for WatchAfter.
 func TestClientGoneCancelsContext(t *testing.T) {
-	ended := make(chan error, 1)
-	started := make(chan struct{})
-	s := &Server{WatchAfter: time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body)
-		close(started)
-		select {
-		case <-r.Context().Done():
-			ended <- r.Context().Err()
-		case <-time.After(10 * time.Second):
-			ended <- errors.New("the context outlived its client")
+	for _, parked := range []bool{false, true} {
+		ended := make(chan error, 1)
+		started := make(chan struct{})
+		s := &Server{WatchAfter: time.Millisecond, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			close(started)
+			select {
+			case <-r.Context().Done():
+				ended <- r.Context().Err()
+			case <-time.After(10 * time.Second):
+				ended <- errors.New("the context outlived its client")
+			}
+		})}
+		addr, _ := serve(t, s)
+		if parked {
+			// An idle server's sweeper parks (after a second without
+			// requests); the next request must wake it.
+			for deadline := time.Now().Add(10 * time.Second); !s.parked.Load(); time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the sweeper of an idle server never parked")
+				}
+			}
 		}
-	})}
-	addr, _ := serve(t, s)
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
-	<-started
-	_ = c.Close()
-	if err := <-ended; !errors.Is(err, context.Canceled) {
-		t.Errorf("handler saw %v, want context.Canceled", err)
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx")
+		<-started
+		_ = c.Close()
+		if err := <-ended; !errors.Is(err, context.Canceled) {
+			t.Errorf("parked sweeper %v: handler saw %v, want context.Canceled", parked, err)
+		}
 	}
 }
 
