@@ -142,6 +142,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	return e, nil
 }
 
+// InProcessConn is a connection to the server within the process, for
+// nats.InProcessServer: the embedding process's own client then reaches
+// its server without loopback TCP (no system call or network-poller
+// wakeup per message).
+func (e *Embedded) InProcessConn() (net.Conn, error) { return e.srv.InProcessConn() }
+
 // ClientURL is the nats:// URL clients connect to.
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
 

@@ -172,6 +172,12 @@ func startBus(ctx context.Context, notice io.Writer, bf busFlags, subj bus.Subje
 		return nil, fmt.Errorf("start embedded NATS on %s: %w (is the port taken? pick another with --nats-addr)", addr, err)
 	}
 	b.url = b.emb.ClientURL()
+	if ecfg.TLS == nil {
+		// The frontend's own client reaches its server in process; with
+		// TLS it dials like any client, so that it checks the certificate
+		// its workers see.
+		opts = append(opts, nats.InProcessServer(b.emb))
+	}
 	if b.nc, err = connectBus(ctx, notice, b.url, name, opts...); err != nil {
 		b.emb.Close()
 		return nil, err
