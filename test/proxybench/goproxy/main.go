@@ -1,11 +1,12 @@
 // Command goproxy is the Go floor of scripts/bench-proxy.sh: a reverse proxy
-// made of net/http's server and the frontend's upstream client, with nothing
+// made of an HTTP server and the frontend's upstream client, with nothing
 // between them. It reads the request body, sends it to one worker and relays
 // the answer, flushing whenever it has nothing more buffered, as the
 // frontend's relay does. It parses, tokenizes and routes nothing, so what
-// it adds to a request is what any Go proxy on net/http pays on this
-// machine; what the frontend adds beyond it is the frontend's own work.
-// With -h1 it serves on internal/h1, the frontend's server, instead.
+// it adds to a request is what a Go proxy built like the frontend pays on
+// this machine; what the frontend adds beyond it is the frontend's own work.
+// With -h1 it serves on internal/h1, the frontend's server (bench-proxy.sh
+// runs it so); without, on net/http's.
 //
 //	goproxy --listen 127.0.0.1:18903 --upstream 127.0.0.1:18901 [-h1]
 package main
