@@ -51,6 +51,7 @@ func TestChatStreamRelaysBytesHeadersAndUsage(t *testing.T) {
 	if got := resp.Header.Get(HeaderPrefill); got != "" {
 		t.Errorf("aggregated path set %s = %q", HeaderPrefill, got)
 	}
+	checkServerTiming(t, resp)
 	// The relay passes the worker's events through byte for byte.
 	usage := &openai.Usage{PromptTokens: 100, CompletionTokens: 5, TotalTokens: 105, PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 32}}
 	var want bytes.Buffer
@@ -125,6 +126,7 @@ func TestCompletionsNonStreamingWithTokenPrompt(t *testing.T) {
 	if got := resp.Header.Get(HeaderWorker); got != "w-a" {
 		t.Errorf("worker header = %q", got)
 	}
+	checkServerTiming(t, resp)
 }
 
 func TestModels(t *testing.T) {

@@ -165,6 +165,7 @@ func (s *Server) handleGenerate(ep endpoint, parse parseFunc) http.HandlerFunc {
 		pr, aerr := parse(w, r, reqID)
 		if pr != nil {
 			model = pr.model.name
+			pr.timing[stageStart] = start
 		}
 		if aerr == nil {
 			aerr = s.applyTenant(pr, tenant)
@@ -209,6 +210,7 @@ func (s *Server) handleGenerate(ep endpoint, parse parseFunc) http.HandlerFunc {
 			}
 			defer tk.Release()
 		}
+		pr.timing.mark(stageAdmit)
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
 		defer cancel()
 		var out http.ResponseWriter = w
@@ -287,6 +289,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		}
 	}
 
+	pr.timing.mark(stageRoute)
 	body := pr.body
 	if rt.gated && rt.gate.Remote {
 		takeOver(rt.prefill.ID)

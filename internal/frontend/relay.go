@@ -219,7 +219,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if !pr.req.Stream {
 		wd = s.startWatchdog(actx, *wk, func(err error) { at.wdErr.Store(err); at.headerFired.Store(true); acancel() })
 	}
+	pr.timing.mark(stageAttempt)
 	resp, err := s.send(actx, wk.URL, path, body, reqID)
+	pr.timing.mark(stageUpstream)
 	suspect.Stop()
 	if !at.suspectState.CompareAndSwap(0, 1) && err == nil {
 		// The check failed just as the headers came: the request is cancelled.
@@ -275,6 +277,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		h := w.Header()
 		h.Set("Content-Type", resp.header("Content-Type"))
 		s.setRouteHeaders(h, rt, pr.model.blockSize)
+		h[canonServerTiming] = []string{pr.timing.header()}
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.ClientStallTimeout))
 		w.WriteHeader(resp.status)
 		_, _ = w.Write(data)
@@ -295,6 +298,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	h["Content-Type"] = sseContentType
 	h["Cache-Control"] = sseCacheControl
 	s.setRouteHeaders(h, rt, pr.model.blockSize)
+	h[canonServerTiming] = []string{pr.timing.header()}
 	w.WriteHeader(resp.status)
 
 	at.st = relayState{start: start, workerID: wk.ID, requestID: reqID, rc: http.NewResponseController(w), stall: s.cfg.ClientStallTimeout, finish: &at,

@@ -61,6 +61,7 @@ type parsedRequest struct {
 	model   modelRoute
 	api     *apiRequest // a Messages or Responses request; nil for chat and completions
 	noKV    bool        // an embedding: it leaves no KV to route to or move
+	timing  timing      // when it reached each stage of the hop
 }
 
 // maxTokens is the request's output limit, max_tokens or else
@@ -81,7 +82,12 @@ func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, ep endpoint
 	if aerr != nil {
 		return nil, aerr
 	}
-	return s.parse(body, ep)
+	read := time.Now()
+	pr, aerr := s.parse(body, ep)
+	if pr != nil {
+		pr.timing[stageRead] = read
+	}
+	return pr, aerr
 }
 
 // readClientBody reads a request body within MaxBodyBytes and
@@ -140,6 +146,7 @@ func (s *Server) parse(body []byte, ep endpoint) (*parsedRequest, *apiError) {
 	if fe := openai.CheckMembers(body, "kv_transfer_params"); fe != nil {
 		return nil, badRequest(fe.Param, "frontend: %s", fe.Msg)
 	}
+	pr.timing.mark(stageDecode)
 	req := &pr.req
 	if req.Model == "" {
 		return nil, badRequest("model", "frontend: model is required")
@@ -219,6 +226,7 @@ func (s *Server) parse(body []byte, ep endpoint) (*parsedRequest, *apiError) {
 	}
 	bs := pr.model.blockSize
 	pr.hashes = kvindex.HashChain(make([]uint64, 0, len(pr.tokens)/bs), salt, pr.tokens, bs)
+	pr.timing.mark(stageTokenize)
 	return pr, nil
 }
 

@@ -148,6 +148,31 @@ type caseResult struct {
 	// To the end of the stream rather than its first byte.
 	NginxAddsWhole float64 `json:"nginx_adds_whole_stream_p50_us,omitempty"`
 	SYAddsWhole    float64 `json:"switchyard_adds_whole_stream_p50_us,omitempty"`
+	// The frontend's own stages, from its Server-Timing header.
+	Stages []stageP50 `json:"switchyard_stages_p50_us,omitempty"`
+}
+
+type stageP50 struct {
+	Name string  `json:"stage"`
+	P50  float64 `json:"p50_us"`
+}
+
+// addStages adds the durations of a Server-Timing header
+// ("read;dur=0.004, decode;dur=0.007") to stages, keeping the names in the
+// order first seen.
+func addStages(stages map[string][]time.Duration, order []string, header string) []string {
+	for _, part := range strings.Split(header, ",") {
+		name, dur, ok := strings.Cut(strings.TrimSpace(part), ";dur=")
+		ms, err := strconv.ParseFloat(dur, 64)
+		if !ok || err != nil {
+			continue
+		}
+		if _, seen := stages[name]; !seen {
+			order = append(order, name)
+		}
+		stages[name] = append(stages[name], time.Duration(ms*float64(time.Millisecond)))
+	}
+	return order
 }
 
 // caseBodies makes the i-th prompt of a case for target t. Prompts differ
@@ -203,35 +228,35 @@ func newClient(conns int) *http.Client {
 
 // stream sends one streamed chat and returns the time to the first byte of
 // the answer's body; it reads the stream to its end.
-func stream(ctx context.Context, c *http.Client, url string, b []byte) (ttfb, whole time.Duration, err error) {
+func stream(ctx context.Context, c *http.Client, url string, b []byte) (ttfb, whole time.Duration, serverTiming string, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(b))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	defer resp.Body.Close()
 	br := bufio.NewReader(resp.Body)
 	if _, err := br.Peek(1); err != nil {
-		return 0, 0, fmt.Errorf("%s: read first byte: %w", url, err)
+		return 0, 0, "", fmt.Errorf("%s: read first byte: %w", url, err)
 	}
 	ttfb = time.Since(start)
 	rest, err := io.ReadAll(br) // to the end of the body: the last chunk's terminator
 	whole = time.Since(start)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: read stream: %w", url, err)
+		return 0, 0, "", fmt.Errorf("%s: read stream: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("%s: status %d: %.200s", url, resp.StatusCode, rest)
+		return 0, 0, "", fmt.Errorf("%s: status %d: %.200s", url, resp.StatusCode, rest)
 	}
 	if !bytes.Contains(rest, []byte("[DONE]")) {
-		return 0, 0, fmt.Errorf("%s: stream ended without [DONE]", url)
+		return 0, 0, "", fmt.Errorf("%s: stream ended without [DONE]", url)
 	}
-	return ttfb, whole, nil
+	return ttfb, whole, resp.Header.Get("Server-Timing"), nil
 }
 
 func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, error) {
@@ -253,15 +278,20 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 		mk := caseBodies[name]
 		n := len(cfg.targets)
 		ttfb, whole := make([][]time.Duration, n), make([][]time.Duration, n)
+		stages := map[string][]time.Duration{} // the frontend's Server-Timing
+		var stageOrder []string
 		for i := -cfg.warmup; i < cfg.requests; i++ {
 			for k := range n {
 				t := (k + i + cfg.warmup) % n // rotate who goes first
-				d, e, err := stream(ctx, c, cfg.targets[t].url, body(cfg.model, cfg.maxTokens, mk(i+cfg.warmup, t)))
+				d, e, st, err := stream(ctx, c, cfg.targets[t].url, body(cfg.model, cfg.maxTokens, mk(i+cfg.warmup, t)))
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", label, err)
 				}
 				if i >= 0 {
 					ttfb[t], whole[t] = append(ttfb[t], d), append(whole[t], e)
+					if t == 2 {
+						stageOrder = addStages(stages, stageOrder, st)
+					}
 				}
 			}
 			if i >= 0 && (i+1)%100 == 0 {
@@ -275,7 +305,7 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 			sy := cfg.targets[2].url
 			cpu0 := procCPU(cfg.frontendPID)
 			for i := range cfg.requests {
-				if _, _, err := stream(ctx, c, sy, body(cfg.model, cfg.maxTokens, mk(cfg.warmup+cfg.requests+i, 2))); err != nil {
+				if _, _, _, err := stream(ctx, c, sy, body(cfg.model, cfg.maxTokens, mk(cfg.warmup+cfg.requests+i, 2))); err != nil {
 					return nil, fmt.Errorf("%s: %w", label, err)
 				}
 			}
@@ -285,6 +315,9 @@ func measure(ctx context.Context, cfg config, stderr io.Writer) ([]caseResult, e
 		nd, sd := diffs(ttfb[1], ttfb[0]), diffs(ttfb[2], ttfb[0])
 		r.NginxAdds, r.SYAdds = us(pct(nd, 0.5)), us(pct(sd, 0.5))
 		r.NginxAddsP90, r.SYAddsP90 = us(pct(nd, 0.9)), us(pct(sd, 0.9))
+		for _, name := range stageOrder {
+			r.Stages = append(r.Stages, stageP50{Name: name, P50: us(pct(stages[name], 0.5))})
+		}
 		r.NginxAddsWhole, r.SYAddsWhole = us(pct(diffs(whole[1], whole[0]), 0.5)), us(pct(diffs(whole[2], whole[0]), 0.5))
 		if r.NginxAdds > 0 {
 			r.Ratio = r.SYAdds / r.NginxAdds
@@ -323,7 +356,7 @@ func throughput(ctx context.Context, cfg config, label string, stderr io.Writer)
 				defer wg.Done()
 				for i := 0; ; i++ {
 					b := body(cfg.model, cfg.maxTokens, caseBodies["short"](i*cfg.concurrency+g, t))
-					if _, _, err := stream(ctx, c, tg.url, b); err != nil {
+					if _, _, _, err := stream(ctx, c, tg.url, b); err != nil {
 						if ctx.Err() == nil {
 							once.Do(func() { firstErr = err })
 						}
@@ -451,6 +484,15 @@ func printTable(w io.Writer, res []caseResult) {
 	for _, r := range res {
 		if r.DirectRPS == 0 {
 			fmt.Fprintf(w, "to the end of the stream, p50: nginx adds %.0f µs, Switchyard %.0f µs (%s)\n", r.NginxAddsWhole, r.SYAddsWhole, r.Case)
+		}
+	}
+	for _, r := range res {
+		if len(r.Stages) > 0 {
+			fmt.Fprintf(w, "frontend stages p50 (its Server-Timing header, %s):", r.Case)
+			for _, st := range r.Stages {
+				fmt.Fprintf(w, " %s %.0f µs", st.Name, st.P50)
+			}
+			fmt.Fprintln(w)
 		}
 	}
 	for _, r := range res {
