@@ -38,18 +38,17 @@ func (t *timing) header() string {
 	b := make([]byte, 0, 160)
 	prev := t[stageStart]
 	for s := stageRead; s < numStages; s++ {
-		if t[s].IsZero() || prev.IsZero() {
-			if !t[s].IsZero() {
-				prev = t[s]
-			}
+		if t[s].IsZero() {
 			continue
 		}
-		if len(b) > 0 {
-			b = append(b, ", "...)
+		if !prev.IsZero() {
+			if len(b) > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, stageNames[s]...)
+			b = append(b, ";dur="...)
+			b = strconv.AppendFloat(b, float64(t[s].Sub(prev).Microseconds())/1000, 'f', 3, 64)
 		}
-		b = append(b, stageNames[s]...)
-		b = append(b, ";dur="...)
-		b = strconv.AppendFloat(b, float64(t[s].Sub(prev).Microseconds())/1000, 'f', 3, 64)
 		prev = t[s]
 	}
 	return string(b)

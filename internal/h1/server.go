@@ -222,8 +222,11 @@ func (s *Server) sweep(stop chan struct{}) {
 		s.mu.Lock()
 		for c, idle := range s.conns {
 			since := c.since.Load()
-			running = running || !idle && since != 0
-			if !idle && since != 0 && now-since >= int64(after) {
+			if idle || since == 0 {
+				continue
+			}
+			running = true
+			if now-since >= int64(after) {
 				due = append(due, c)
 			}
 		}

@@ -83,12 +83,6 @@ func decodeFast(body []byte, req *CompletionRequest) bool {
 					return false
 				}
 			default:
-				if scalarKey(key) {
-					// A common member in an unusual form (null, a number
-					// with a fraction, a second stream_options key):
-					// encoding/json decides the whole body.
-					return false
-				}
 				if keyIs(key, "prompt") {
 					if sawPrompt {
 						return false
@@ -544,15 +538,11 @@ const (
 	seenMaxCompletion
 )
 
-// scalarKey reports whether key names a member scalars decodes.
-func scalarKey(key []byte) bool {
-	return keyIs(key, "model") || keyIs(key, "stream") || keyIs(key, "stream_options") ||
-		keyIs(key, "max_tokens") || keyIs(key, "max_completion_tokens")
-}
-
-// take decodes the member named key when it is one of the scalars in its
-// usual form, reporting whether it did (or set failed: a second copy of a
-// member, which encoding/json resolves by order, or a malformed value).
+// take decodes the member named key when it is one of the scalars,
+// reporting whether key is one. It sets failed when the member is not in
+// its usual form (null, a number with a fraction, a second stream_options
+// key), is malformed, or comes twice (encoding/json resolves that by
+// order): encoding/json then decides the whole body.
 func (sc *scalars) take(d *reader, key []byte) bool {
 	mark := func(bit uint8) {
 		if sc.seen&bit != 0 {
@@ -560,42 +550,47 @@ func (sc *scalars) take(d *reader, key []byte) bool {
 		}
 		sc.seen |= bit
 	}
-	switch c := d.peek(); {
-	case c == '"' && keyIs(key, "model"):
+	c := d.peek()
+	number := c == '-' || '0' <= c && c <= '9'
+	var ok bool
+	switch {
+	case keyIs(key, "model"):
 		mark(seenModel)
-		s, ok := d.str()
-		sc.model, sc.failed = s, sc.failed || !ok
-	case (c == 't' || c == 'f') && keyIs(key, "stream"):
+		if c == '"' {
+			sc.model, ok = d.str()
+		}
+	case keyIs(key, "stream"):
 		mark(seenStream)
-		v, ok := d.boolean()
-		sc.stream, sc.failed = v, sc.failed || !ok
-	case c == '{' && keyIs(key, "stream_options"):
-		save := d.i
-		d.i++
-		d.ws()
-		k, ok := d.key()
-		if d.ws(); !ok || !keyIs(k, "include_usage") || !d.consume(':') {
-			d.i = save
-			return false
+		if c == 't' || c == 'f' {
+			sc.stream, ok = d.boolean()
 		}
-		v, ok := d.boolean()
-		if !ok || !d.consume('}') {
-			d.i = save
-			return false
-		}
+	case keyIs(key, "stream_options"):
 		mark(seenOptions)
-		sc.includeUsage = v
-	case (c == '-' || '0' <= c && c <= '9') && keyIs(key, "max_tokens"):
+		if c == '{' {
+			d.i++
+			d.ws()
+			var k []byte
+			if k, ok = d.key(); ok && keyIs(k, "include_usage") && d.consume(':') {
+				sc.includeUsage, ok = d.boolean()
+				ok = ok && d.consume('}')
+			} else {
+				ok = false
+			}
+		}
+	case keyIs(key, "max_tokens"):
 		mark(seenMax)
-		n, ok := d.integer()
-		sc.maxTokens, sc.failed = n, sc.failed || !ok
-	case (c == '-' || '0' <= c && c <= '9') && keyIs(key, "max_completion_tokens"):
+		if number {
+			sc.maxTokens, ok = d.integer()
+		}
+	case keyIs(key, "max_completion_tokens"):
 		mark(seenMaxCompletion)
-		n, ok := d.integer()
-		sc.maxCompletion, sc.failed = n, sc.failed || !ok
+		if number {
+			sc.maxCompletion, ok = d.integer()
+		}
 	default:
 		return false
 	}
+	sc.failed = sc.failed || !ok
 	return true
 }
 

@@ -18,9 +18,9 @@ type approx struct {
 	mu sync.Mutex // guards everything below
 	m  map[uint64]approxEntry
 	// Workers by a small number: an entry holds no pointer, so the garbage
-	// collector does not scan a map of up to a million entries every cycle
-	// (with a string per entry it was ~5% of the frontend's CPU on cold
-	// prompts). Numbers are never reused; a process sees few workers.
+	// collector has nothing to follow in a map of up to a million entries
+	// (a worker ID string per entry gave it one each). Numbers are never
+	// reused; a process sees few workers.
 	ids  map[string]uint32
 	ring []ringEntry // insertion order; may hold superseded records, told apart by seq
 	head int         // next record to evict

@@ -27,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/bench"
 )
 
 type packet struct {
@@ -118,13 +120,14 @@ func legs(pk []packet, proxy, worker int) (in, work, back []time.Duration) {
 	return in, work, back
 }
 
+// median is the p50 of d, in microseconds.
 func median(d []time.Duration) float64 {
-	if len(d) == 0 {
-		return 0
+	us := make([]float64, len(d))
+	for i, x := range d {
+		us[i] = float64(x.Nanoseconds()) / 1e3
 	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return float64(s[len(s)/2].Nanoseconds()) / 1e3
+	slices.Sort(us)
+	return bench.Percentile(us, 50)
 }
 
 func main() {
