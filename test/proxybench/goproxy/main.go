@@ -6,9 +6,11 @@
 // it adds to a request is what a Go proxy built like the frontend pays on
 // this machine; what the frontend adds beyond it is the frontend's own work.
 // With -h1 it serves on internal/h1, the frontend's server (bench-proxy.sh
-// runs it so); without, on net/http's.
+// runs it so); without, on net/http's. -pipe and -epoll copy bytes without
+// HTTP (see pipe.go). Like the frontend it keeps the runtime's monitor
+// quiet (internal/sysmon) unless SWITCHYARD_SYSMON=default.
 //
-//	goproxy --listen 127.0.0.1:18903 --upstream 127.0.0.1:18901 [-h1]
+//	goproxy --listen 127.0.0.1:18903 --upstream 127.0.0.1:18901 [-h1|-pipe|-epoll]
 package main
 
 import (
@@ -24,17 +26,29 @@ import (
 	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/h1"
+	"github.com/switchyard-llm/switchyard/internal/sysmon"
 	"github.com/switchyard-llm/switchyard/internal/upstream"
 )
 
 func main() {
+	if err := sysmon.Quiet(); err != nil {
+		log.Printf("goproxy: runtime monitor left at its default: %v", err)
+	}
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
 	to := flag.String("upstream", "", "the worker's host:port")
 	lean := flag.Bool("h1", false, "serve with internal/h1 (the frontend's server) instead of net/http's")
+	pipe := flag.Bool("pipe", false, "copy bytes without parsing HTTP, with goroutines (see pipe.go)")
+	epoll := flag.Bool("epoll", false, "copy bytes without parsing HTTP, from one thread with epoll (see pipe.go)")
 	flag.Parse()
 	if *to == "" {
 		fmt.Fprintln(os.Stderr, "goproxy: --upstream host:port is required")
 		os.Exit(2)
+	}
+	switch {
+	case *pipe:
+		servePipe(*listen, *to)
+	case *epoll:
+		serveEpoll(*listen, *to)
 	}
 	c := &upstream.Client{Dial: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, MaxIdlePerHost: 256}
 	if *lean {
