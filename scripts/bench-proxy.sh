@@ -6,6 +6,9 @@
 #   scripts/bench-proxy.sh --short         fewer requests (CI-sized)
 #   scripts/bench-proxy.sh --legs          the short case under tcpdump: each
 #                                          proxy's time split into its two legs
+#   scripts/bench-proxy.sh --floor pipe    the Go floor slot runs goproxy -pipe
+#                                          (bytes copied, no HTTP) or -epoll
+#                                          (the same from one epoll thread)
 #   options: --requests N, --json FILE, --keep (leave the logs in the work dir)
 #
 # It starts one simulated worker (--speedup 1000, so the engine's own time is
@@ -25,6 +28,7 @@ DURATION=10s
 JSON=""
 KEEP=0
 LEGS=0
+FLOOR=h1
 while [ $# -gt 0 ]; do
   case "$1" in
     --short) REQUESTS=100; DURATION=4s ;;
@@ -32,7 +36,9 @@ while [ $# -gt 0 ]; do
     --json) JSON=$2; shift ;;
     --keep) KEEP=1 ;;
     --legs) LEGS=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --floor) FLOOR=$2; shift
+      case "$FLOOR" in h1|pipe|epoll) ;; *) echo "bench-proxy: --floor is h1, pipe or epoll, not $FLOOR" >&2; exit 2 ;; esac ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench-proxy: unknown argument $1 (see $0 --help)" >&2; exit 2 ;;
   esac
   shift
@@ -141,7 +147,7 @@ http {
 EOF
 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK"
 waitfor "http://127.0.0.1:$PX/v1/models" nginx
-bin/goproxy -h1 --listen "127.0.0.1:$PG" --upstream "127.0.0.1:$PW" >"$WORK/goproxy.log" 2>&1 &
+bin/goproxy "-$FLOOR" --listen "127.0.0.1:$PG" --upstream "127.0.0.1:$PW" >"$WORK/goproxy.log" 2>&1 &
 PIDS+=($!)
 waitfor "http://127.0.0.1:$PG/v1/models" "the Go floor proxy"
 
