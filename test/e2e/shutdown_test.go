@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -41,4 +42,30 @@ func TestUpStopsCleanlyOnInterrupt(t *testing.T) {
 			t.Errorf("a normal run logged %q", line)
 		}
 	}
+}
+
+// TestFrontendQuietsRuntimeMonitor: the frontend re-executes itself once
+// at start with the GODEBUG setting that keeps the Go runtime's monitor
+// from polling through every request (internal/sysmon), and the process
+// the test started is the one that serves.
+func TestFrontendQuietsRuntimeMonitor(t *testing.T) {
+	p, m := start(t, readyURL, "frontend", "--http-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--nats-auth=false")
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var godebug []string
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if strings.HasPrefix(kv, "GODEBUG=") {
+			godebug = append(godebug, kv)
+		}
+	}
+	if len(godebug) != 1 || !strings.Contains(godebug[0], "schedtrace=2147483647") {
+		t.Fatalf("the frontend's environment has %q; want one GODEBUG with schedtrace=2147483647", godebug)
+	}
+	resp, err := http.Get(m[1] + "/health")
+	if err != nil {
+		t.Fatalf("the re-executed frontend does not serve: %v", err)
+	}
+	resp.Body.Close()
 }
