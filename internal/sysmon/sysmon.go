@@ -36,14 +36,11 @@ const Setting = "schedtrace=2147483647"
 // Env is the environment variable that turns Quiet off ("default").
 const Env = "SWITCHYARD_SYSMON"
 
-// Quieted reports whether this process runs with the monitor kept from
-// deep sleep, by Quiet or by the user's own GODEBUG.
-func Quieted() bool { return hasSchedtrace(os.Getenv("GODEBUG")) }
-
 // Quiet re-executes the running binary with Setting added to GODEBUG,
 // unless GODEBUG names schedtrace already (the user's word, even 0) or
-// SWITCHYARD_SYSMON is "default". It returns only when it does not re-execute, with the
-// reason when the re-execution failed (the process then goes on as is).
+// SWITCHYARD_SYSMON is "default". It returns only when it does not
+// re-execute, with the reason when the re-execution failed (the process
+// then goes on as is).
 func Quiet() error {
 	godebug, ok := withSetting(os.Getenv("GODEBUG"), os.Getenv(Env))
 	if !ok {
@@ -86,16 +83,4 @@ func mentions(godebug string) bool {
 		}
 	}
 	return false
-}
-
-// hasSchedtrace reports whether a GODEBUG value sets schedtrace to
-// anything but 0 (the runtime's last setting of a key wins).
-func hasSchedtrace(godebug string) bool {
-	on := false
-	for _, kv := range strings.Split(godebug, ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(kv), "schedtrace="); ok {
-			on = v != "" && v != "0"
-		}
-	}
-	return on
 }
