@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"slices"
 	"syscall"
 
 	"github.com/switchyard-llm/switchyard/internal/cli"
@@ -15,7 +14,7 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && (os.Args[1] == "frontend" || os.Args[1] == "up") && !slices.ContainsFunc(os.Args[2:], isHelp) {
+	if len(os.Args) > 1 && (os.Args[1] == "frontend" || os.Args[1] == "up") {
 		// The commands that serve the hop: keep the runtime's monitor from
 		// waking at 20 µs intervals through every request (see
 		// internal/sysmon). Returns only if it did not re-execute.
@@ -28,5 +27,3 @@ func main() {
 	stop()
 	os.Exit(code)
 }
-
-func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" }

@@ -127,9 +127,9 @@ func writeAll(fd int, b []byte) bool {
 	for len(b) > 0 {
 		n, err := syscall.Write(fd, b)
 		if err == syscall.EAGAIN {
-			fds := []syscall.FdSet{{}}
-			fds[0].Bits[fd/64] |= 1 << (uint(fd) % 64)
-			_, _ = syscall.Select(fd+1, nil, &fds[0], nil, nil)
+			var w syscall.FdSet
+			w.Bits[fd/64] |= 1 << (uint(fd) % 64)
+			_, _ = syscall.Select(fd+1, nil, &w, nil, nil)
 			continue
 		}
 		if err != nil || n <= 0 {
