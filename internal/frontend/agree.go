@@ -22,8 +22,11 @@ import (
 // A request is judged when either side claims a hit. It is
 //   - blind when the engine served at least one block more than the index
 //     predicted, and the index still does not show those tokens on the
-//     worker once the response is in (a request racing another that was
-//     computing the same prefix is excused: its blocks are indexed by then);
+//     worker agreeBlindGrace after the response is in. A request racing
+//     another that was computing the same prefix is excused: the blocks'
+//     Stored event was published before the engine served them, but it
+//     travels over the bus while the answer travels over HTTP, and on a
+//     loaded host the answer can arrive first;
 //   - stale when the index predicted at least one block more than the
 //     engine served, counting only GPU-tier blocks (an engine may decline
 //     to load lower tiers) and allowing for the engine recomputing the last
@@ -43,6 +46,15 @@ const (
 	agreeTripMajority = 4
 	agreeTripCount    = 8
 	agreeRecoverCount = 20
+	// agreeBlindGrace is how long a blind verdict waits for the worker's
+	// events before it counts: longer than a healthy bus takes to deliver
+	// a batch on a loaded host, short enough that a worker whose events are
+	// lost turns inconsistent within seconds.
+	agreeBlindGrace = 2 * time.Second
+	// agreeMaxPending bounds the blind verdicts waiting out the grace per
+	// worker (each holds its prompt's block hashes); past it a blind
+	// verdict counts at once, which is what a worker that blind has earned.
+	agreeMaxPending = 64
 	// agreeLogEvery bounds the log line repeating an inconsistent
 	// worker's figures; changes of state are always logged.
 	agreeLogEvery = time.Minute
@@ -93,10 +105,14 @@ type AgreementStatus struct {
 	// Unreported counts answers whose usage had no cached_tokens: the
 	// engine does not say what it served (vLLM needs
 	// --enable-prompt-tokens-details), so they are not judged.
-	Unreported  uint64 `json:"unreported"`
-	Window      int    `json:"window"`
-	WindowBlind int    `json:"window_blind"`
-	WindowStale int    `json:"window_stale"`
+	Unreported uint64 `json:"unreported"`
+	// Pending counts blind responses waiting out agreeBlindGrace for their
+	// KV events before they are judged; a reader wanting every response
+	// judged waits for 0.
+	Pending     int `json:"pending"`
+	Window      int `json:"window"`
+	WindowBlind int `json:"window_blind"`
+	WindowStale int `json:"window_stale"`
 	// Agreement is the share of the window's requests that agreed; 1 for
 	// an empty window.
 	Agreement    float64 `json:"agreement"`
@@ -113,6 +129,7 @@ type agreeSample struct {
 // agreement is one worker's window. The zero value is an empty window.
 type agreement struct {
 	unreported atomic.Uint64
+	pending    atomic.Int32 // blind verdicts waiting out agreeBlindGrace
 
 	mu   sync.Mutex // guards everything below
 	ring [agreeWindow]agreeSample
@@ -272,6 +289,7 @@ func (a *agreement) status() AgreementStatus {
 	defer a.mu.Unlock()
 	st := a.total
 	st.Unreported = a.unreported.Load()
+	st.Pending = int(a.pending.Load())
 	st.Window, st.WindowBlind, st.WindowStale = a.n, a.blind, a.stale
 	st.Agreement = a.shareLocked()
 	st.Inconsistent, st.Cause = a.inconsistent, a.cause
@@ -298,7 +316,8 @@ type agreeInput struct {
 // agree judges one response (see the comment at the top of this file). It
 // costs one map lookup and a short critical section, and allocates nothing
 // while the worker's state stands (BenchmarkAgree, TestAgreeAllocs); a blind
-// response also costs an index lookup.
+// response also costs an index lookup, and one more with a timer and a copy
+// of its hashes when it has to wait out the grace.
 func (s *Server) agree(in agreeInput) {
 	u := in.usage
 	if u == nil || u.PromptTokensDetails == nil {
@@ -319,19 +338,55 @@ func (s *Server) agree(in agreeInput) {
 		gpu = in.gpuPredicted * bs
 	}
 	v := judge(pred, gpu, cached, u.PromptTokens, bs)
-	if v == verdictBlind && s.deps.Index != nil && s.deps.Index.Overlaps(in.hashes)[in.worker]*bs >= cached {
-		// The index has the blocks now: they were in flight when the
-		// router looked (another request was computing the same prefix).
-		v = verdictAgree
+	ws := s.workerState(in.worker)
+	if v == verdictBlind && s.deps.Index != nil {
+		switch {
+		case s.indexed(in.worker, in.hashes, cached, bs):
+			// The index has the blocks now: they were in flight when the
+			// router looked (another request was computing the same prefix).
+			v = verdictAgree
+		case s.blindGrace > 0 && ws.agree.pending.Load() < agreeMaxPending:
+			// Their event may still be on the bus: look again later.
+			s.recheckBlind(ws, in.worker, in.hashes[:min(len(in.hashes), (cached+bs-1)/bs)], pred, cached, bs)
+			return
+		}
 	}
-	ch := s.workerState(in.worker).agree.add(time.Now(), s.m, in.worker, pred, cached, v)
+	s.logAgree(in.worker, ws.agree.add(time.Now(), s.m, in.worker, pred, cached, v))
+}
+
+// recheckBlind judges a blind response again once the grace has passed,
+// on a copy of the hashes of its cached blocks. The verdict goes in the
+// window at the time of the response, so that the cause's span is the
+// requests'.
+func (s *Server) recheckBlind(ws *workerState, worker string, hashes []uint64, pred, cached, bs int) {
+	at := time.Now()
+	hashes = append([]uint64(nil), hashes...)
+	ws.agree.pending.Add(1)
+	s.afterFunc(s.blindGrace, func() {
+		defer ws.agree.pending.Add(-1)
+		v := verdictBlind
+		if s.indexed(worker, hashes, cached, bs) {
+			v = verdictAgree
+		}
+		s.logAgree(worker, ws.agree.add(at, s.m, worker, pred, cached, v))
+	})
+}
+
+// indexed reports whether the index shows at least cached tokens of the
+// prompt's blocks on worker.
+func (s *Server) indexed(worker string, hashes []uint64, cached, bs int) bool {
+	return s.deps.Index.Overlaps(hashes)[worker]*bs >= cached
+}
+
+// logAgree logs a change of a worker's agreement state.
+func (s *Server) logAgree(worker string, ch agreeChange) {
 	switch {
 	case ch.changed && ch.inconsistent:
-		s.log.Warn("worker's KV index is inconsistent with its engine; routing it by the approximate index", "worker", in.worker, "cause", ch.cause)
+		s.log.Warn("worker's KV index is inconsistent with its engine; routing it by the approximate index", "worker", worker, "cause", ch.cause)
 	case ch.changed:
-		s.log.Info("worker's KV index is consistent again", "worker", in.worker, "cause", ch.cause)
+		s.log.Info("worker's KV index is consistent again", "worker", worker, "cause", ch.cause)
 	case ch.repeat:
-		s.log.Warn("worker's KV index is still inconsistent with its engine", "worker", in.worker, "cause", ch.cause)
+		s.log.Warn("worker's KV index is still inconsistent with its engine", "worker", worker, "cause", ch.cause)
 	}
 }
 

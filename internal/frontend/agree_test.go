@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -424,5 +425,103 @@ func TestAgreementSkipsUntrustedIndex(t *testing.T) {
 	h.send(t, agreeTripMajority, false)
 	if ag := h.health(t).Agreement; ag.Requests != agreeTripMajority || !ag.Inconsistent {
 		t.Errorf("healthy again: agreement %+v, want %d judged and inconsistent", ag, agreeTripMajority)
+	}
+}
+
+// shiftingIndex is an index whose one worker's overlap a test moves.
+type shiftingIndex struct {
+	worker string
+	blocks atomic.Int64
+}
+
+func (x *shiftingIndex) Overlaps(hashes []uint64) map[string]int {
+	return map[string]int{x.worker: min(int(x.blocks.Load()), len(hashes))}
+}
+
+// graceHarness is a harness whose blind verdicts wait out a grace that the
+// test ends by firing the timers it collected.
+type graceHarness struct {
+	*harness
+	idx    *shiftingIndex
+	mu     sync.Mutex
+	timers []func()
+}
+
+func newGraceHarness(t *testing.T) *graceHarness {
+	g := &graceHarness{idx: &shiftingIndex{worker: "w-a"}}
+	g.harness = newHarness(t, Config{}, Deps{Index: g.idx}, Worker{ID: "w-a", Role: RoleAggregated, Model: testModel})
+	g.s.blindGrace = time.Hour
+	g.s.afterFunc = func(d time.Duration, f func()) {
+		if d != time.Hour {
+			t.Errorf("grace %v, want the server's", d)
+		}
+		g.mu.Lock()
+		g.timers = append(g.timers, f)
+		g.mu.Unlock()
+	}
+	return g
+}
+
+// blind judges a response whose 624 cached tokens (39 blocks) the index
+// did not predict.
+func (g *graceHarness) blind() {
+	g.s.agree(agreeInput{worker: "w-a", hashes: make([]uint64, 40), predicted: 0, gpuPredicted: 0,
+		usage: &openai.Usage{PromptTokens: 640, PromptTokensDetails: &openai.PromptTokensDetails{CachedTokens: 624}}})
+}
+
+func (g *graceHarness) fire() {
+	g.mu.Lock()
+	ts := g.timers
+	g.timers = nil
+	g.mu.Unlock()
+	for _, f := range ts {
+		f()
+	}
+}
+
+// TestBlindWaitsForInFlightEvents: a response that served blocks whose
+// Stored event is still on the bus is judged once the grace has passed, on
+// the index as it is then; it is not counted while it waits.
+func TestBlindWaitsForInFlightEvents(t *testing.T) {
+	g := newGraceHarness(t)
+	for range agreeTripMajority {
+		g.blind()
+	}
+	if ag := g.s.Health().Workers[0].Agreement; ag.Pending != agreeTripMajority || ag.Requests != 0 {
+		t.Fatalf("before the grace: %+v, want %d pending, none judged", ag, agreeTripMajority)
+	}
+	g.idx.blocks.Store(39) // the events arrive
+	g.fire()
+	if ag := g.s.Health().Workers[0].Agreement; ag.Pending != 0 || ag.Requests != agreeTripMajority || ag.Blind != 0 || ag.Inconsistent {
+		t.Errorf("after the events and the grace: %+v, want %d agreeing", ag, agreeTripMajority)
+	}
+}
+
+// TestBlindAfterGraceCounts: events that never come leave the verdicts
+// blind once the grace has passed, and the worker turns inconsistent.
+func TestBlindAfterGraceCounts(t *testing.T) {
+	g := newGraceHarness(t)
+	for range agreeTripMajority {
+		g.blind()
+	}
+	g.fire()
+	if ag := g.s.Health().Workers[0].Agreement; ag.Pending != 0 || ag.Blind != agreeTripMajority || !ag.Inconsistent {
+		t.Errorf("after the grace: %+v, want %d blind and inconsistent", ag, agreeTripMajority)
+	}
+}
+
+// TestBlindPendingBounded: past agreeMaxPending waiting verdicts, a blind
+// response counts at once instead of holding more hashes.
+func TestBlindPendingBounded(t *testing.T) {
+	g := newGraceHarness(t)
+	for range agreeMaxPending + 1 {
+		g.blind()
+	}
+	if ag := g.s.Health().Workers[0].Agreement; ag.Pending != agreeMaxPending || ag.Requests != 1 || ag.Blind != 1 {
+		t.Errorf("%+v, want %d pending and 1 judged blind", ag, agreeMaxPending)
+	}
+	g.fire()
+	if ag := g.s.Health().Workers[0].Agreement; ag.Pending != 0 || ag.Blind != agreeMaxPending+1 {
+		t.Errorf("after the grace: %+v, want all %d blind", ag, agreeMaxPending+1)
 	}
 }

@@ -107,7 +107,7 @@
 //	              "load": {"running", "waiting", "kv_usage"},
 //	              "events": {"state": "healthy", "cause", ...},
 //	              "agreement": {"requests", "predicted_tokens", "engine_cached_tokens",
-//	                            "blind", "stale", "trips", "window", "window_blind",
+//	                            "blind", "stale", "trips", "unreported", "pending", "window", "window_blind",
 //	                            "window_stale", "agreement", "inconsistent", "cause"},
 //	              "drift": {"events", "orphan_parent", "removed_unknown_block",
 //	                        "bad_event", "skipped_group", "rebuilds"} (bridges only),

@@ -406,6 +406,7 @@ func newHarness(t testing.TB, cfg Config, deps Deps, workers ...Worker) *harness
 		t.Fatalf("New: %v", err)
 	}
 	h.s = s
+	s.blindGrace = 0 // judge at once; agree_test.go tests the grace
 	h.srv = httptest.NewServer(s.Handler())
 	t.Cleanup(func() { h.srv.Close(); s.Close() })
 	return h

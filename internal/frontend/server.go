@@ -93,6 +93,11 @@ type Server struct {
 
 	affinity *affinity // stored response id → worker, for previous_response_id
 
+	// blindGrace is agreeBlindGrace; tests that judge synchronously set 0.
+	// afterFunc is time.AfterFunc, replaced by tests that fire it.
+	blindGrace time.Duration
+	afterFunc  func(time.Duration, func())
+
 	closing   chan struct{} // closed by Close: stops ejection probes
 	closeOnce sync.Once
 	probeWG   sync.WaitGroup
@@ -106,7 +111,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Workers == nil || deps.Router == nil {
 		return nil, fmt.Errorf("frontend: deps: Workers and Router are required")
 	}
-	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now(), closing: make(chan struct{}), affinity: newAffinity(maxAffinity)}
+	s := &Server{cfg: cfg, deps: deps, log: cfg.Logger, started: time.Now(), closing: make(chan struct{}), affinity: newAffinity(maxAffinity), blindGrace: agreeBlindGrace,
+		afterFunc: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 	s.mode.Store(cfg.DisaggMode)
 	s.tok = deps.Tokenizer
 	if s.tok == nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/frontend"
@@ -59,7 +60,7 @@ func TestHealthyDeploymentAgreesUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	var judged, disagreed uint64
-	for _, wh := range c.fe.Server().Health().Workers {
+	for _, wh := range settledHealth(t, c.fe.Server()).Workers {
 		ag := wh.Agreement
 		t.Logf("%s: %+v", wh.ID, *ag)
 		if ag.Trips != 0 || wh.Events.State != frontend.StateHealthy {
@@ -87,7 +88,7 @@ func TestRemotePrefillDeploymentAgrees(t *testing.T) {
 	for i := range 30 {
 		c.complete(t, map[string]any{"model": "qwen3-0.6b", "prompt": prompt(400, i%3), "max_tokens": 4})
 	}
-	for _, wh := range c.fe.Server().Health().Workers {
+	for _, wh := range settledHealth(t, c.fe.Server()).Workers {
 		ag := wh.Agreement
 		t.Logf("%s: %+v", wh.ID, *ag)
 		if ag.Trips != 0 || ag.Blind+ag.Stale != 0 {
@@ -96,5 +97,28 @@ func TestRemotePrefillDeploymentAgrees(t *testing.T) {
 		if wh.ID == "p1" && ag.Requests < 20 {
 			t.Errorf("prefill worker judged on %d of 30 prefills (27 repeat a prompt)", ag.Requests)
 		}
+	}
+}
+
+// settledHealth is the frontend's health once every response is judged: a
+// blind one waits a grace for its KV events before it counts.
+func settledHealth(t *testing.T, s *frontend.Server) frontend.Health {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h := s.Health()
+		pending := 0
+		for _, w := range h.Workers {
+			if w.Agreement != nil {
+				pending += w.Agreement.Pending
+			}
+		}
+		if pending == 0 {
+			return h
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d responses still waiting to be judged after 20s", pending)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

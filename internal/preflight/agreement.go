@@ -55,7 +55,7 @@ func (r *runner) checkAgreement(ctx context.Context) Check {
 		p := r.agreementProbe(ctx, i, w)
 		ch.Agreement = append(ch.Agreement, p)
 	}
-	frontend, err := r.c.agreements(ctx)
+	frontend, err := r.settledAgreements(ctx)
 	if err != nil {
 		ch.Notes = append(ch.Notes, "could not read the frontend's own agreement from /health: "+err.Error())
 	}
@@ -110,6 +110,23 @@ func (r *runner) checkAgreement(ctx context.Context) Check {
 	ch.Summary = fmt.Sprintf("%d/%d workers' cache hits match the index's predictions on %d repeated-prefix chats each",
 		len(ch.Agreement)-bad, len(ch.Agreement), agreementRequests)
 	return ch
+}
+
+// settledAgreements reads the frontend's agreement once it has judged the
+// probes: a blind response waits a grace for its KV events before the
+// frontend counts it. The wait is bounded by the events deadline.
+func (r *runner) settledAgreements(ctx context.Context) (map[string]agreementWire, error) {
+	start := time.Now()
+	for {
+		ags, err := r.c.agreements(ctx)
+		pending := 0
+		for _, a := range ags {
+			pending += a.Pending
+		}
+		if err != nil || pending == 0 || time.Since(start) >= r.cfg.EventsDeadline || !sleep(ctx, pollEvery) {
+			return ags, err
+		}
+	}
 }
 
 func (r *runner) agreementProbe(ctx context.Context, i int, w Worker) AgreementProbe {

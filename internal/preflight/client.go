@@ -271,6 +271,7 @@ type agreementWire struct {
 	CachedTokens    uint64 `json:"engine_cached_tokens"`
 	Blind           uint64 `json:"blind"`
 	Stale           uint64 `json:"stale"`
+	Pending         int    `json:"pending"`
 	Inconsistent    bool   `json:"inconsistent"`
 	Cause           string `json:"cause"`
 }

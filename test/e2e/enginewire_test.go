@@ -163,6 +163,7 @@ func TestBrokenWireIsInconsistent(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, url := routingRun(t, append([]string{"--router", "kv", "--engine-wire", "vllm"}, c.args...)...)
+			settledAgreement(t, url)
 			var h bridgedHealth
 			getJSON(t, url+"/health", &h)
 			flagged := 0
