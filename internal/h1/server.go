@@ -388,7 +388,7 @@ func (c *conn) serve() {
 			return
 		}
 		_ = c.nc.SetReadDeadline(time.Now().Add(headerTimeout))
-		req, err := http.ReadRequest(c.br)
+		req, err := readRequest(c.br)
 		c.cr.limited = false
 		if err != nil {
 			c.reject(err)
