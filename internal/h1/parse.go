@@ -19,8 +19,8 @@ import (
 // http.ReadRequest does (FuzzReadRequest compares the two), and consumes
 // nothing when it declines.
 //
-// http.ReadRequest took 16–20 µs of a short chat's request leg through the
-// frontend on a 2-core machine; BenchmarkReadRequest compares the two.
+// BenchmarkReadRequest compares the two on an OpenAI SDK's request: the
+// fast path saves about a third of the time and 12 of 21 allocations.
 func readRequest(br *bufio.Reader) (*http.Request, error) {
 	if req := fastRequest(br); req != nil {
 		return req, nil

@@ -14,6 +14,9 @@
 // stream or a long generation, where noticing matters and the watcher's
 // cost is off the critical path), and frames the answer in one buffer.
 //
+// The usual request is parsed in place (parse.go); anything unusual goes
+// to http.ReadRequest.
+//
 // What it serves: HTTP/1.1 and HTTP/1.0 with keep-alive, Content-Length and
 // chunked request bodies, Expect: 100-continue, pipelined requests (answered
 // in order), Content-Length for answers that end before a flush, chunked
