@@ -116,11 +116,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.mode.Store(cfg.DisaggMode)
 	s.tok = deps.Tokenizer
 	if s.tok == nil {
-		t, err := tokenizer.New()
+		t, err := tokenizer.NewCl100k()
 		if err != nil {
 			return nil, fmt.Errorf("frontend: %w", err)
 		}
-		s.tok = tokenizer.Cl100k{Tokenizer: t}
+		s.tok = t
 	}
 	m, err := newMetrics(cfg.Registry)
 	if err != nil {

@@ -41,7 +41,22 @@ var ErrEngineTokenizer = errors.New("tokenizer: \"engine\" tokenizes on a worker
 
 // Cl100k is the built-in cl100k_base tokenizer as a Model, with the
 // simple ChatML template of ChatPrompt.
-type Cl100k struct{ *Tokenizer }
+type Cl100k struct {
+	*Tokenizer
+	// turns caches chat turns' encodings (see EncodeChat); nil encodes
+	// every chat whole.
+	turns *sectionCache
+}
+
+// NewCl100k is the process-wide cl100k tokenizer with a cache of chat
+// turns of its own.
+func NewCl100k() (Cl100k, error) {
+	t, err := New()
+	if err != nil {
+		return Cl100k{}, err
+	}
+	return Cl100k{Tokenizer: t, turns: newSectionCache(sectionCacheBytes)}, nil
+}
 
 // Name implements Model.
 func (Cl100k) Name() string { return Encoding }
@@ -51,11 +66,58 @@ func (c Cl100k) EncodePrompt(text string) []uint32 { return c.Encode(text) }
 
 // EncodeChat implements Model with ChatPrompt, which always opens the
 // assistant's turn.
+//
+// With a turn cache, each turn of the rendered prompt is encoded on its
+// own, through the cache, so that the earlier turns of a growing
+// conversation are looked up rather than encoded again. The ids are those
+// of encoding the whole prompt: cl100k has no special tokens in ChatML
+// (the markers are text to it), but no pre-tokenizer piece contains a
+// newline followed by a character that is not white space, so the point
+// after each turn's "<|im_end|>\n", where the next turn's "<" follows, is
+// a piece boundary; the pieces before it are the same with or without the
+// text after it (FuzzCl100kTurns holds the two encodings equal).
 func (c Cl100k) EncodeChat(msgs []openai.Message, _ ChatOptions) ([]uint32, error) {
 	if len(msgs) == 0 {
 		return nil, errors.New("tokenizer: no messages")
 	}
-	return c.Encode(ChatPrompt(msgs)), nil
+	s := ChatPrompt(msgs)
+	if c.turns == nil {
+		return c.Encode(s), nil
+	}
+	dst := make([]uint32, 0, len(s)/4+4)
+	for s != "" {
+		n := turnLen(s)
+		dst = c.turns.appendSection(dst, s[:n], c.AppendEncode)
+		s = s[n:]
+	}
+	return dst, nil
+}
+
+// turnEnd ends every turn ChatPrompt renders.
+const turnEnd = "<|im_end|>\n"
+
+// turnLen is the length of the first turn of a rendered prompt: through
+// the first turnEnd that a "<" follows, or all of s.
+func turnLen(s string) int {
+	for off := 0; ; {
+		i := strings.Index(s[off:], turnEnd)
+		if i < 0 {
+			return len(s)
+		}
+		end := off + i + len(turnEnd)
+		if end < len(s) && s[end] == '<' {
+			return end
+		}
+		off = end
+	}
+}
+
+// CacheStats reports the turn cache's counters.
+func (c Cl100k) CacheStats() CacheStats {
+	if c.turns == nil {
+		return CacheStats{}
+	}
+	return c.turns.stats()
 }
 
 // HF is a HuggingFace tokenizer.json as a Model. The chat template is
@@ -141,11 +203,11 @@ func (h HF) ChatFamily() string {
 func Open(spec string) (Model, error) {
 	switch spec {
 	case "", "cl100k", Encoding:
-		t, err := New()
+		c, err := NewCl100k()
 		if err != nil {
 			return nil, err
 		}
-		return Cl100k{t}, nil
+		return c, nil
 	case "engine":
 		return nil, ErrEngineTokenizer
 	}

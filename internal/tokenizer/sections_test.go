@@ -137,3 +137,79 @@ func TestSectionCacheSkipsShort(t *testing.T) {
 		t.Errorf("stats %+v, want two misses (the second stores it), one hit, one entry", st)
 	}
 }
+
+// cl100kTurns is cl100k with a turn cache that takes every turn.
+func cl100kTurns(tb testing.TB) Cl100k {
+	tb.Helper()
+	c, err := NewCl100k()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c.turns = newSectionCache(1 << 20)
+	c.turns.minLen = 1
+	return c
+}
+
+// checkTurns encodes msgs through the turn cache three times (unknown,
+// seen, cached) and compares each with the whole prompt's encoding.
+func checkTurns(tb testing.TB, c Cl100k, msgs []openai.Message) {
+	tb.Helper()
+	want := c.Encode(ChatPrompt(msgs))
+	for pass := range 3 {
+		got, err := c.EncodeChat(msgs, ChatOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			tb.Fatalf("pass %d: %q: got %v, want %v", pass, ChatPrompt(msgs), got, want)
+		}
+	}
+}
+
+// TestCl100kTurnsExact: conversations growing a turn at a time, with
+// markers, white space and digits in the text, encode through the turn
+// cache as the whole prompt does; the earlier turns are cache hits.
+func TestCl100kTurnsExact(t *testing.T) {
+	c := cl100kTurns(t)
+	rng := rand.New(rand.NewPCG(12, 0))
+	roles := []string{"system", "user", "assistant", "tool", ""}
+	for range 40 {
+		var msgs []openai.Message
+		for range 1 + rng.IntN(6) {
+			msgs = append(msgs, openai.Message{Role: roles[rng.IntN(len(roles))], Content: randomTurn(rng)})
+			checkTurns(t, c, msgs)
+		}
+	}
+	if st := c.CacheStats(); st.Hits == 0 || st.Entries == 0 {
+		t.Errorf("turn cache %+v, want hits", st)
+	}
+	if n := turnLen("<|im_start|>user\na<|im_end|>\nb<|im_end|>\n<|im_start|>"); n != len("<|im_start|>user\na<|im_end|>\nb<|im_end|>\n") {
+		t.Errorf("turnLen skips a turnEnd not followed by <: got %d", n)
+	}
+}
+
+// FuzzCl100kTurns: any conversation encodes through the turn cache as
+// its whole prompt does. The input is split at 0xff bytes into
+// alternating roles and contents.
+func FuzzCl100kTurns(f *testing.F) {
+	for _, s := range []string{
+		"user\xffhello there",
+		"system\xffYou are terse.  \n\xffuser\xffWhat's 12345?\n\n\xffassistant\xff<|im_end|>\n<|im_start|>",
+		"user\xff \xffuser\xff\n\xffuser\xff\t\xffuser\xff<|im_end|>\n",
+		"user\xff\xc3(\xffuser\xff日本語 🙂",
+	} {
+		f.Add([]byte(s))
+	}
+	c := cl100kTurns(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parts := strings.Split(string(data), "\xff")
+		var msgs []openai.Message
+		for i := 0; i+1 < len(parts); i += 2 {
+			msgs = append(msgs, openai.Message{Role: parts[i], Content: parts[i+1]})
+		}
+		if len(msgs) == 0 {
+			return
+		}
+		checkTurns(t, c, msgs)
+	})
+}
