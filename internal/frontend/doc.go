@@ -194,8 +194,8 @@
 // switchyard_client_connections_refused_total,
 // switchyard_index_predicted_tokens_total{worker},
 // switchyard_engine_cached_tokens_total{worker} and
-// switchyard_index_agreement{worker} (index agreement); with a HuggingFace
-// tokenizer, its section cache's switchyard_tokenizer_cache_hits_total,
+// switchyard_index_agreement{worker} (index agreement); the tokenizer's
+// section (or, for cl100k, chat-turn) cache's switchyard_tokenizer_cache_hits_total,
 // switchyard_tokenizer_cache_misses_total and
 // switchyard_tokenizer_cache_bytes.
 //

@@ -128,7 +128,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 func tokenizerCacheMetrics(stats func() tokenizer.CacheStats) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "switchyard_tokenizer_cache_hits_total",
-			Help: "Prompt sections (the text between special tokens, such as a chat turn, of at least 256 bytes) whose token ids came from the tokenizer's cache."},
+			Help: "Prompt sections of at least 256 bytes (a chat turn; with a tokenizer.json, the text between special tokens) whose token ids came from the tokenizer's cache."},
 			func() float64 { return float64(stats().Hits) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "switchyard_tokenizer_cache_misses_total",
 			Help: "Prompt sections of at least 256 bytes that were encoded; a section is cached when it is seen a second time."},
