@@ -31,20 +31,19 @@ func readRequest(br *bufio.Reader) (*http.Request, error) {
 // fastRequest parses the buffered request, or returns nil, having read
 // nothing, when it is not one the fast path takes.
 func fastRequest(br *bufio.Reader) *http.Request {
+	if br.Buffered() == 0 {
+		// Every request has a first byte; one read brings what has come.
+		if _, err := br.Peek(1); err != nil {
+			return nil
+		}
+	}
+	// Only what has arrived: waiting for more could wait forever on a
+	// whole request the fast path cannot end (bare LFs), so a header not
+	// all here goes to http.ReadRequest, which reads line by line.
 	buf, _ := br.Peek(br.Buffered())
 	end := headerEnd(buf)
 	if end < 0 {
-		// Not all here yet: read once more, as far as the buffer goes.
-		if br.Buffered() == br.Size() {
-			return nil
-		}
-		if _, err := br.Peek(br.Buffered() + 1); err != nil {
-			return nil
-		}
-		buf, _ = br.Peek(br.Buffered())
-		if end = headerEnd(buf); end < 0 {
-			return nil
-		}
+		return nil
 	}
 	req, targetLen, nvals := parseRequestLine(buf[:end])
 	if req == nil {

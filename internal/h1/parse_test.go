@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // chatRequest is what an OpenAI SDK sends for a short chat.
@@ -137,6 +138,48 @@ func TestReadRequestMatchesNetHTTP(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d seeds took the fast path", fast, len(parseSeeds))
+}
+
+// TestReadRequestBareLF: a whole request ended with bare LFs, from a
+// client that then waits for the answer, is read from what has arrived,
+// not left waiting for a CRLF CRLF that never comes.
+func TestReadRequestBareLF(t *testing.T) {
+	stop := make(chan struct{})
+	defer close(stop)
+	br := bufio.NewReaderSize(&stallingReader{data: "GET /x HTTP/1.1\nHost: a\n\n", stop: stop}, 4096)
+	if _, err := br.Peek(1); err != nil { // as the server does before reading a request
+		t.Fatal(err)
+	}
+	done := make(chan *http.Request, 1)
+	go func() {
+		req, _ := readRequest(br)
+		done <- req
+	}()
+	select {
+	case req := <-done:
+		if req == nil || req.URL.Path != "/x" || req.Host != "a" {
+			t.Fatalf("read %+v, want GET /x for host a", req)
+		}
+	case <-time.After(10 * time.Second): // it takes microseconds; a stall is forever
+		t.Fatal("readRequest waited for bytes the client will never send")
+	}
+}
+
+// stallingReader returns data, then blocks until stop is closed, as a
+// client waiting for its answer.
+type stallingReader struct {
+	data string
+	stop chan struct{}
+}
+
+func (r *stallingReader) Read(p []byte) (int, error) {
+	if r.data != "" {
+		n := copy(p, r.data)
+		r.data = r.data[n:]
+		return n, nil
+	}
+	<-r.stop
+	return 0, io.EOF
 }
 
 // TestReadRequestPipelined: two requests in one buffer are read in turn,
