@@ -174,6 +174,13 @@ func contraction(s string, i int) int {
 // letterRun returns the end of the run of letters starting at s[i].
 func letterRun(s string, i int) int {
 	for i < len(s) {
+		if b := s[i]; b < utf8.RuneSelf { // ASCII without the call
+			if asciiClass[b] != classLetter {
+				break
+			}
+			i++
+			continue
+		}
 		_, c, n := runeAt(s, i)
 		if c != classLetter {
 			break
@@ -186,6 +193,13 @@ func letterRun(s string, i int) int {
 // otherRun returns the end of the run of classOther runes starting at s[i].
 func otherRun(s string, i int) int {
 	for i < len(s) {
+		if b := s[i]; b < utf8.RuneSelf {
+			if asciiClass[b] != classOther {
+				break
+			}
+			i++
+			continue
+		}
 		_, c, n := runeAt(s, i)
 		if c != classOther {
 			break
