@@ -200,10 +200,27 @@ func TestWorkerPermissions(t *testing.T) {
 	}
 	w1.Flush()
 	front.Flush()
-	// A round trip through the server after the publishes: anything that
-	// was going to be delivered has been.
+	// A round trip through the server after the publishes: its reply comes
+	// after anything that was going to be delivered to front. The ">"
+	// handler sees the reply too, on its own goroutine and in order, so
+	// once it has counted the reply it has counted everything before it.
+	inboxes := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for s, c := range got {
+			if strings.HasPrefix(s, "_INBOX.") {
+				n += c
+			}
+		}
+		return n
+	}
+	before := inboxes()
 	if _, err := front.Request(subj.Snapshot("w1"), nil, 3*time.Second); err != nil {
 		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); inboxes() == before && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()
