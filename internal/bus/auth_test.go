@@ -219,7 +219,10 @@ func TestWorkerPermissions(t *testing.T) {
 	if _, err := front.Request(subj.Snapshot("w1"), nil, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); inboxes() == before && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); inboxes() == before; {
+		if time.Now().After(deadline) {
+			t.Fatal("the catch-all subscription never saw the barrier's reply: the counts below would not be final")
+		}
 		time.Sleep(time.Millisecond)
 	}
 	mu.Lock()

@@ -172,36 +172,25 @@ func contraction(s string, i int) int {
 }
 
 // letterRun returns the end of the run of letters starting at s[i].
-func letterRun(s string, i int) int {
-	for i < len(s) {
-		if b := s[i]; b < utf8.RuneSelf { // ASCII without the call
-			if asciiClass[b] != classLetter {
-				break
-			}
-			i++
-			continue
-		}
-		_, c, n := runeAt(s, i)
-		if c != classLetter {
-			break
-		}
-		i += n
-	}
-	return i
-}
+func letterRun(s string, i int) int { return classRun(s, i, classLetter) }
 
 // otherRun returns the end of the run of classOther runes starting at s[i].
-func otherRun(s string, i int) int {
+func otherRun(s string, i int) int { return classRun(s, i, classOther) }
+
+// classRun returns the end of the run of runes of class want starting at
+// s[i]. ASCII is classified in the loop: runeAt, which holds the UTF-8
+// path, is not inlined, and a call per byte of English text showed.
+func classRun(s string, i int, want class) int {
 	for i < len(s) {
 		if b := s[i]; b < utf8.RuneSelf {
-			if asciiClass[b] != classOther {
+			if asciiClass[b] != want {
 				break
 			}
 			i++
 			continue
 		}
 		_, c, n := runeAt(s, i)
-		if c != classOther {
+		if c != want {
 			break
 		}
 		i += n
