@@ -123,7 +123,12 @@ func (s *Server) readClientBody(w http.ResponseWriter, r *http.Request) ([]byte,
 // parse decodes, validates and tokenizes a chat or completions body.
 func (s *Server) parse(body []byte, ep endpoint) (*parsedRequest, *apiError) {
 	pr := &parsedRequest{body: body}
-	if err := openai.DecodeRequest(body, &pr.req); err != nil {
+	// kv_transfer_params is the frontend's, for disaggregated serving: from
+	// a client it would make a worker pin blocks or dial any host. The body
+	// is forwarded as sent, so what the engine reads must be what was
+	// checked here: no second spelling of a key, no bytes that are not UTF-8.
+	fe, err := openai.DecodeChecked(body, &pr.req, "kv_transfer_params")
+	if err != nil {
 		var pe *openai.ContentPartError
 		if errors.As(err, &pe) {
 			return nil, badRequest("messages", "frontend: message content part type %q is not supported; send text parts only", pe.Type)
@@ -139,11 +144,7 @@ func (s *Server) parse(body []byte, ep endpoint) (*parsedRequest, *apiError) {
 		}
 		return nil, badRequest("", "frontend: request body is not valid JSON: %v", err)
 	}
-	// kv_transfer_params is the frontend's, for disaggregated serving: from
-	// a client it would make a worker pin blocks or dial any host. The body
-	// is forwarded as sent, so what the engine reads must be what was
-	// checked here: no second spelling of a key, no bytes that are not UTF-8.
-	if fe := openai.CheckMembers(body, "kv_transfer_params"); fe != nil {
+	if fe != nil {
 		return nil, badRequest(fe.Param, "frontend: %s", fe.Msg)
 	}
 	pr.timing.mark(stageDecode)

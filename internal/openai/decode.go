@@ -2,8 +2,10 @@ package openai
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -22,11 +24,30 @@ import (
 // json.Unmarshal of the whole body, which then decides; FuzzDecodeRequest
 // holds the two to the same answers.
 func DecodeRequest(body []byte, req *CompletionRequest) error {
-	if decodeFast(body, req) {
+	if decodeFast(body, req, nil) {
 		return nil
 	}
 	*req = CompletionRequest{}
 	return json.Unmarshal(body, req)
+}
+
+// DecodeChecked is DecodeRequest followed, when it succeeds, by
+// CheckMembers(body, owned...), with the answers of the two but one walk
+// over the body where the fast path takes it: the second walk had cost
+// as much as decoding a long chat.
+func DecodeChecked(body []byte, req *CompletionRequest, owned ...string) (*FieldError, error) {
+	kc := keyCheck{owned: owned}
+	if decodeFast(body, req, &kc) {
+		if !utf8.Valid(body) {
+			return errNotUTF8(), nil
+		}
+		return kc.err, nil
+	}
+	*req = CompletionRequest{}
+	if err := json.Unmarshal(body, req); err != nil {
+		return nil, err
+	}
+	return CheckMembers(body, owned...), nil
 }
 
 // maxDepth bounds the nesting the fast path follows; deeper bodies go to
@@ -40,7 +61,10 @@ type reader struct {
 	i int
 }
 
-func decodeFast(body []byte, req *CompletionRequest) bool {
+// decodeFast is DecodeRequest's one pass; it reports false for a body it
+// leaves to encoding/json. With kc, it also checks each top-level key and
+// keeps the first refusal in kc.err.
+func decodeFast(body []byte, req *CompletionRequest, kc *keyCheck) bool {
 	d := reader{b: body}
 	if !d.consume('{') {
 		return false
@@ -57,6 +81,9 @@ func decodeFast(body []byte, req *CompletionRequest) bool {
 			key, ok := d.key()
 			if !ok || !d.consume(':') {
 				return false
+			}
+			if kc != nil && kc.err == nil {
+				kc.err = kc.add(key)
 			}
 			d.ws()
 			switch {
@@ -294,7 +321,7 @@ func (d *reader) str() (string, bool) {
 		return "", false
 	}
 	start := d.i + 1
-	for j := start; j < len(d.b); j++ {
+	for j := plainRun(d.b, start); j < len(d.b); j++ {
 		switch c := d.b[j]; {
 		case c == '"':
 			d.i = j + 1
@@ -306,47 +333,73 @@ func (d *reader) str() (string, bool) {
 	return "", false
 }
 
+// plainRun returns the index of the first 8-byte word at or after i that
+// may hold a byte ending a plain run of string text (a quote, a
+// backslash, a control or a non-ASCII byte), eight bytes at a time: a
+// prompt is mostly such runs, and a test per byte was most of decoding it.
+func plainRun(b []byte, i int) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q, bs := x^('"'*ones), x^('\\'*ones)
+		// Each term is nonzero exactly when some byte is: non-ASCII,
+		// below 0x20, a quote, a backslash.
+		if (x|(x-0x20*ones)|(q-ones)&^q|(bs-ones)&^bs)&highs != 0 {
+			return i
+		}
+	}
+	return i
+}
+
 // strSlow is str from j on, where the first escape, control or non-ASCII
-// byte is.
+// byte is. The string is built in one buffer the size of its raw text
+// (found first, a fast scan): grown by appends, a long prompt with a
+// newline per line had cost more in allocation than in decoding.
 func (d *reader) strSlow(start, j int) (string, bool) {
-	out := make([]byte, 0, j-start+64)
-	out = append(out, d.b[start:j]...)
+	end := reader{b: d.b, i: start - 1}
+	if !end.skipString() {
+		return "", false
+	}
+	var out strings.Builder
+	out.Grow(end.i - start)
+	out.Write(d.b[start:j])
 	for j < len(d.b) {
 		c := d.b[j]
 		switch {
 		case c == '"':
 			d.i = j + 1
-			return string(out), true
+			return out.String(), true
 		case c < 0x20:
 			return "", false
 		case c >= utf8.RuneSelf:
 			r, n := utf8.DecodeRune(d.b[j:])
 			if r == utf8.RuneError && n == 1 {
-				out = utf8.AppendRune(out, utf8.RuneError)
+				out.WriteRune(utf8.RuneError)
 			} else {
-				out = append(out, d.b[j:j+n]...)
+				out.Write(d.b[j : j+n])
 			}
 			j += n
 		case c != '\\':
-			out = append(out, c)
-			j++
+			k := plainRun(d.b, j+1)
+			out.Write(d.b[j:k])
+			j = k
 		default:
 			if j+1 >= len(d.b) {
 				return "", false
 			}
 			switch e := d.b[j+1]; e {
 			case '"', '\\', '/':
-				out = append(out, e)
+				out.WriteByte(e)
 			case 'b':
-				out = append(out, '\b')
+				out.WriteByte('\b')
 			case 'f':
-				out = append(out, '\f')
+				out.WriteByte('\f')
 			case 'n':
-				out = append(out, '\n')
+				out.WriteByte('\n')
 			case 'r':
-				out = append(out, '\r')
+				out.WriteByte('\r')
 			case 't':
-				out = append(out, '\t')
+				out.WriteByte('\t')
 			case 'u':
 				r, ok := hex4(d.b, j+2)
 				if !ok {
@@ -359,14 +412,14 @@ func (d *reader) strSlow(start, j int) (string, bool) {
 					r2, ok := hex4(d.b, j+2)
 					if ok && d.b[j] == '\\' && d.b[j+1] == 'u' {
 						if dec := utf16.DecodeRune(r, r2); dec != utf8.RuneError {
-							out = utf8.AppendRune(out, dec)
+							out.WriteRune(dec)
 							j += 6
 							continue
 						}
 					}
 					r = utf8.RuneError
 				}
-				out = utf8.AppendRune(out, r)
+				out.WriteRune(r)
 				continue
 			default:
 				return "", false
@@ -452,7 +505,7 @@ func (d *reader) skipString() bool {
 	if d.i >= len(d.b) || d.b[d.i] != '"' {
 		return false
 	}
-	for j := d.i + 1; j < len(d.b); j++ {
+	for j := plainRun(d.b, d.i+1); j < len(d.b); {
 		switch c := d.b[j]; {
 		case c == '"':
 			d.i = j + 1
@@ -465,15 +518,17 @@ func (d *reader) skipString() bool {
 			}
 			switch d.b[j+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				j++
+				j += 2
 			case 'u':
 				if _, ok := hex4(d.b, j+2); !ok {
 					return false
 				}
-				j += 5
+				j += 6
 			default:
 				return false
 			}
+		default:
+			j = plainRun(d.b, j+1)
 		}
 	}
 	return false

@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -69,6 +70,21 @@ func sameDecode(t *testing.T, body []byte) {
 	if gotErr == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q:\n got %+v\nwant %+v", body, got, want)
 	}
+	// DecodeChecked answers as DecodeRequest then CheckMembers.
+	var checked CompletionRequest
+	fe, err := DecodeChecked(body, &checked, "kv_transfer_params")
+	if (err == nil) != (wantErr == nil) || (err != nil && err.Error() != wantErr.Error()) {
+		t.Fatalf("%q: DecodeChecked error %v, json.Unmarshal's %v", body, err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	if wantFE := CheckMembers(body, "kv_transfer_params"); !reflect.DeepEqual(fe, wantFE) {
+		t.Fatalf("%q: DecodeChecked refused with %v, CheckMembers with %v", body, fe, wantFE)
+	}
+	if !reflect.DeepEqual(checked, want) {
+		t.Fatalf("%q: DecodeChecked:\n got %+v\nwant %+v", body, checked, want)
+	}
 }
 
 func TestDecodeRequest(t *testing.T) {
@@ -76,7 +92,7 @@ func TestDecodeRequest(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			sameDecode(t, []byte(c.body))
 			var req CompletionRequest
-			if got := decodeFast([]byte(c.body), &req); got != c.fast {
+			if got := decodeFast([]byte(c.body), &req, nil); got != c.fast {
 				t.Errorf("fast path taken: %v, want %v", got, c.fast)
 			}
 		})
@@ -88,7 +104,7 @@ func TestDecodeRequestDeep(t *testing.T) {
 	deep := `{"messages":[{"role":"user","content":"x","meta":` + strings.Repeat("[", maxDepth+5) + strings.Repeat("]", maxDepth+5) + `}]}`
 	sameDecode(t, []byte(deep))
 	var req CompletionRequest
-	if decodeFast([]byte(deep), &req) {
+	if decodeFast([]byte(deep), &req, nil) {
 		t.Error("fast path took a body nested past maxDepth")
 	}
 }
@@ -100,5 +116,66 @@ func FuzzDecodeRequest(f *testing.F) {
 	for _, c := range decodeCases {
 		f.Add([]byte(c.body))
 	}
+	for _, c := range memberCases {
+		f.Add([]byte(c.body))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) { sameDecode(t, body) })
+}
+
+// BenchmarkDecodeChecked: a long multi-turn chat decoded and checked in
+// one walk (checked) against DecodeRequest then CheckMembers (two-pass).
+//
+//	go test -run '^$' -bench DecodeChecked -count 6 ./internal/openai
+func BenchmarkDecodeChecked(b *testing.B) {
+	words := strings.Repeat("The quick brown fox jumps over the lazy dog; then it rests a while.\n", 100)
+	msgs := make([]map[string]string, 0, 8)
+	for i := range 8 {
+		role := []string{"user", "assistant"}[i%2]
+		msgs = append(msgs, map[string]string{"role": role, "content": words})
+	}
+	body, err := json.Marshal(map[string]any{"model": "m", "messages": msgs, "stream": true,
+		"stream_options": map[string]bool{"include_usage": true}, "max_tokens": 64, "temperature": 0.7, "user": "u"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("two-pass", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var req CompletionRequest
+			if DecodeRequest(body, &req) != nil || CheckMembers(body, "kv_transfer_params") != nil {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("checked", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			var req CompletionRequest
+			if fe, err := DecodeChecked(body, &req, "kv_transfer_params"); fe != nil || err != nil {
+				b.Fatal("refused")
+			}
+		}
+	})
+}
+
+// TestPlainRun: plainRun never skips past a byte that ends a plain run,
+// wherever in a word it is and whatever bytes are around it.
+func TestPlainRun(t *testing.T) {
+	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
+	for c := range 256 {
+		for pos := range 24 {
+			for _, fill := range []byte{'a', ' ', 0x7f, '!', '#', '[', ']'} {
+				b := bytes.Repeat([]byte{fill}, 24)
+				b[pos] = byte(c)
+				got := plainRun(b, 0)
+				want := 24 - 24%8
+				if special(byte(c)) {
+					want = pos - pos%8
+				}
+				if got != want {
+					t.Fatalf("byte %#x at %d among %q: plainRun = %d, want %d", c, pos, fill, got, want)
+				}
+			}
+		}
+	}
 }

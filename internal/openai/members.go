@@ -21,18 +21,13 @@ import (
 // valid JSON; it returns nil for any other, which the decoder then refuses.
 func CheckMembers(body []byte, owned ...string) *FieldError {
 	if !utf8.Valid(body) {
-		return fieldErr("", "request body is not valid UTF-8; send UTF-8 text")
+		return errNotUTF8()
 	}
 	d := reader{b: body}
 	if !d.consume('{') || d.consume('}') {
 		return nil
 	}
-	// The keys seen so far: a list while short (a request has a dozen,
-	// and a map with a lowered copy of each cost more than the scan), a
-	// map past that, so many keys cannot make the check quadratic.
-	var small [32][]byte
-	keys := small[:0]
-	var seen map[string]string
+	kc := keyCheck{owned: owned}
 	for {
 		d.ws()
 		start := d.i
@@ -43,36 +38,61 @@ func CheckMembers(body []byte, owned ...string) *FieldError {
 		if !ok || !d.consume(':') || !d.skip(0) {
 			return nil
 		}
-		for _, o := range owned {
-			if bytes.EqualFold(key, []byte(o)) {
-				return fieldErr(o, "%s is set by the frontend; clients may not send it (in any letter case)", o)
-			}
-		}
-		if seen == nil {
-			for _, prev := range keys {
-				if bytes.EqualFold(prev, key) {
-					return duplicate(string(prev), string(key))
-				}
-			}
-			keys = append(keys, key)
-			if len(keys) == len(small) {
-				seen = make(map[string]string, 2*len(keys))
-				for _, k := range keys {
-					seen[strings.ToLower(string(k))] = string(k)
-				}
-			}
-		} else {
-			fold := strings.ToLower(string(key))
-			if prev, dup := seen[fold]; dup {
-				return duplicate(prev, string(key))
-			}
-			seen[fold] = string(key)
+		if fe := kc.add(key); fe != nil {
+			return fe
 		}
 		if d.consume(',') {
 			continue
 		}
 		return nil
 	}
+}
+
+// keyCheck holds the top-level keys of a body seen so far and refuses a
+// second spelling of one, or one of the owned keys. Keys are kept in a
+// list while few (a request has a dozen, and a map with a lowered copy of
+// each cost more than the scan), in a map past that, so many keys cannot
+// make the check quadratic.
+type keyCheck struct {
+	owned []string
+	small [32][]byte
+	n     int
+	seen  map[string]string
+	err   *FieldError // the first refusal, for a caller that goes on
+}
+
+// add checks key, which must stay valid as long as the keyCheck is used.
+func (kc *keyCheck) add(key []byte) *FieldError {
+	for _, o := range kc.owned {
+		if bytes.EqualFold(key, []byte(o)) {
+			return fieldErr(o, "%s is set by the frontend; clients may not send it (in any letter case)", o)
+		}
+	}
+	if kc.seen == nil {
+		for _, prev := range kc.small[:kc.n] {
+			if bytes.EqualFold(prev, key) {
+				return duplicate(string(prev), string(key))
+			}
+		}
+		kc.small[kc.n] = key
+		if kc.n++; kc.n == len(kc.small) {
+			kc.seen = make(map[string]string, 2*kc.n)
+			for _, k := range kc.small {
+				kc.seen[strings.ToLower(string(k))] = string(k)
+			}
+		}
+		return nil
+	}
+	fold := strings.ToLower(string(key))
+	if prev, dup := kc.seen[fold]; dup {
+		return duplicate(prev, string(key))
+	}
+	kc.seen[fold] = string(key)
+	return nil
+}
+
+func errNotUTF8() *FieldError {
+	return fieldErr("", "request body is not valid UTF-8; send UTF-8 text")
 }
 
 func duplicate(prev, key string) *FieldError {
