@@ -110,9 +110,15 @@ type approxRec struct {
 	at     int64
 }
 
+// loggedApprox is one decision in aloneLog. It holds no pointer (the
+// worker is an index into aloneWorkers), so the garbage collector never
+// scans the log and writing to it needs no write barrier: with the
+// worker's ID string in each record the log was 8 MB the collector walked
+// on every cycle, and logging a long prompt's decision cost 15-30 us.
 type loggedApprox struct {
-	hash uint64
-	approxRec
+	hash   uint64
+	at     int64
+	worker uint32
 }
 
 // Sharer shares this replica's routing state and applies its peers'.
@@ -142,6 +148,8 @@ type Sharer struct {
 	// write, where a shared-map insert cost a cache miss per block.
 	aloneLog     []loggedApprox
 	aloneNext    int
+	aloneWorkers []string          // by loggedApprox.worker; a process sees few workers
+	aloneIDs     map[string]uint32 // the index of each in aloneWorkers
 	pendLinks    []Link
 	pendResps    []idMsg
 	settings     Settings
@@ -308,8 +316,17 @@ func (s *Sharer) Approx(worker string, hashes []uint64, at time.Time) {
 	refresh := int64(s.cfg.ApproxRefresh)
 	if s.alone.Load() {
 		s.mu.Lock()
+		id, ok := s.aloneIDs[worker]
+		if !ok {
+			if s.aloneIDs == nil {
+				s.aloneIDs = map[string]uint32{}
+			}
+			id = uint32(len(s.aloneWorkers))
+			s.aloneWorkers = append(s.aloneWorkers, worker)
+			s.aloneIDs[worker] = id
+		}
 		for _, h := range hashes {
-			rec := loggedApprox{h, approxRec{worker: worker, at: ns}}
+			rec := loggedApprox{hash: h, at: ns, worker: id}
 			if len(s.aloneLog) < maxShared {
 				s.aloneLog = append(s.aloneLog, rec)
 			} else {
@@ -545,7 +562,7 @@ func (s *Sharer) flush(full bool) {
 		}
 		for _, r := range s.aloneLog {
 			if cur, ok := approx[r.hash]; r.at >= oldest && (!ok || cur.at < r.at) {
-				approx[r.hash] = r.approxRec
+				approx[r.hash] = approxRec{worker: s.aloneWorkers[r.worker], at: r.at}
 			}
 		}
 	}
