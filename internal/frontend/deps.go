@@ -112,6 +112,11 @@ type Decision struct {
 	// showed on the worker: what the engine's cache report is checked
 	// against. Unused otherwise (OverlapBlocks is the index's).
 	IndexBlocks int
+	// After, when set, is work the router left for once the request is on
+	// its way (recording the decision for later picks): the frontend calls
+	// it once, when the request is written to its worker or, failing
+	// that, when the request is done.
+	After func()
 }
 
 // Router picks workers and owns the routing policy.

@@ -59,6 +59,9 @@ type fakeWorker struct {
 	reqIDs   []string
 	resets   int
 	canceled chan struct{} // closed when a stalled request's context ends
+	// gate, when set, holds each request until it is closed, and fails
+	// it with a 500 if that takes 10 s.
+	gate chan struct{}
 }
 
 func newFakeWorker(t testing.TB, id string) *fakeWorker {
@@ -99,8 +102,16 @@ func (fw *fakeWorker) serve(w http.ResponseWriter, r *http.Request, chat bool) {
 	fw.mu.Lock()
 	fw.bodies = append(fw.bodies, body)
 	fw.reqIDs = append(fw.reqIDs, r.Header.Get("x-request-id"))
-	mode := fw.mode
+	mode, gate := fw.mode, fw.gate
 	fw.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-time.After(10 * time.Second):
+			openai.WriteError(w, http.StatusInternalServerError, openai.TypeServer, "", "fake worker: the gate never opened")
+			return
+		}
+	}
 
 	var req openai.CompletionRequest
 	if err := json.Unmarshal(body, &req); err != nil {
@@ -247,6 +258,7 @@ type fakeRouter struct {
 	approx  bool
 	picks   []RouteRequest
 	err     error
+	after   func() // each decision's After
 }
 
 func (fr *fakeRouter) Pick(ctx context.Context, req RouteRequest) (Decision, error) {
@@ -264,7 +276,7 @@ func (fr *fakeRouter) Pick(ctx context.Context, req RouteRequest) (Decision, err
 			break
 		}
 	}
-	return Decision{WorkerID: id, OverlapBlocks: fr.overlap, TierBlocks: fr.tiers, Policy: fr.policyLocked(), Approx: fr.approx}, nil
+	return Decision{WorkerID: id, OverlapBlocks: fr.overlap, TierBlocks: fr.tiers, Policy: fr.policyLocked(), Approx: fr.approx, After: fr.after}, nil
 }
 
 func (fr *fakeRouter) policyLocked() string {

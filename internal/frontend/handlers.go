@@ -254,6 +254,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	// out, an error or the client leaving during a remote prefill.
 	var booked []string
 	defer func() { s.release(reqID, booked...) }()
+	defer pr.runAfter()
 	takeOver := func(id string) { booked = slices.DeleteFunc(booked, func(b string) bool { return b == id }) }
 	if pin != "" {
 		i := slices.IndexFunc(workers, func(wk Worker) bool { return wk.ID == pin })
@@ -513,6 +514,9 @@ func (s *Server) pick(ctx context.Context, pr *parsedRequest, reqID string, cand
 		return Decision{}, fmt.Errorf("frontend: router picked %q, not a candidate", dec.WorkerID)
 	}
 	*booked = append(*booked, dec.WorkerID)
+	if dec.After != nil {
+		pr.after = append(pr.after, dec.After)
+	}
 	return dec, nil
 }
 

@@ -220,7 +220,11 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		wd = s.startWatchdog(actx, *wk, func(err error) { at.wdErr.Store(err); at.headerFired.Store(true); acancel() })
 	}
 	pr.timing.mark(stageAttempt)
-	resp, err := s.send(actx, wk.URL, path, body, reqID)
+	var sent func()
+	if len(pr.after) > 0 {
+		sent = pr.runAfter
+	}
+	resp, err := s.send(actx, wk.URL, path, body, reqID, sent)
 	pr.timing.mark(stageUpstream)
 	suspect.Stop()
 	if !at.suspectState.CompareAndSwap(0, 1) && err == nil {
@@ -639,8 +643,9 @@ func (a *workerAnswer) header(name string) string {
 
 // send posts body to the worker at base+path. A plain http worker is
 // reached through the lean client, which costs the hop a fraction of
-// net/http's Transport; an https one through net/http.
-func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID string) (workerAnswer, error) {
+// net/http's Transport; an https one through net/http. sent, if set, runs
+// once the request is written (for an https worker, just before).
+func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID string, sent func()) (workerAnswer, error) {
 	if addr, prefix, ok := plainHTTP(base); ok {
 		if prefix != "" {
 			path = prefix + path
@@ -651,7 +656,7 @@ func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID
 			hs[2] = upstream.Header{Name: "Authorization", Value: s.workerBearer}
 			n = 3
 		}
-		resp, err := s.lean.Do(ctx, &upstream.Request{Addr: addr, Path: path, Headers: hs[:n], Body: body})
+		resp, err := s.lean.Do(ctx, &upstream.Request{Addr: addr, Path: path, Headers: hs[:n], Body: body, Sent: sent})
 		if err != nil {
 			return workerAnswer{}, err
 		}
@@ -663,6 +668,9 @@ func (s *Server) send(ctx context.Context, base, path string, body []byte, reqID
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(headerRequestID, reqID)
+	if sent != nil {
+		sent()
+	}
 	resp, err := s.client.Transport.RoundTrip(req) // workerAuth adds the worker key
 	if err != nil {
 		return workerAnswer{}, err

@@ -62,6 +62,19 @@ type parsedRequest struct {
 	api     *apiRequest // a Messages or Responses request; nil for chat and completions
 	noKV    bool        // an embedding: it leaves no KV to route to or move
 	timing  timing      // when it reached each stage of the hop
+	// after is the router's work left for once the request is on its way
+	// (Decision.After), run by runAfter.
+	after []func()
+}
+
+// runAfter runs, once each, the work the router's decisions left for
+// once the request is on its way: at the upstream write, or when the
+// request is done if it never got that far.
+func (pr *parsedRequest) runAfter() {
+	for _, f := range pr.after {
+		f()
+	}
+	pr.after = pr.after[:0]
 }
 
 // maxTokens is the request's output limit, max_tokens or else

@@ -112,12 +112,22 @@ func (a adapters) Pick(_ context.Context, req frontend.RouteRequest) (frontend.D
 	if err != nil {
 		return frontend.Decision{}, err
 	}
-	a.f.share.Approx(d.Worker, req.Hashes, time.Now())
+	dec := frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx, IndexBlocks: d.IndexBlocks,
+		TierBlocks: [3]int{int(d.Tiers[0]), int(d.Tiers[1]), int(d.Tiers[2])}}
+	if d.Deferred() {
+		// A long prompt: its records, in this router's approximate index
+		// and for the peer replicas, wait until the request is on its way.
+		dec.After = func() {
+			a.f.router.Record(d, req.Hashes)
+			a.f.share.Approx(d.Worker, req.Hashes, time.Now())
+		}
+	} else {
+		a.f.share.Approx(d.Worker, req.Hashes, time.Now())
+	}
 	if req.Adapter != "" {
 		a.f.routedAdapter(d.Worker, req.Adapter)
 	}
-	return frontend.Decision{WorkerID: d.Worker, OverlapBlocks: d.OverlapBlocks, Policy: d.Policy, Approx: d.Approx, IndexBlocks: d.IndexBlocks,
-		TierBlocks: [3]int{int(d.Tiers[0]), int(d.Tiers[1]), int(d.Tiers[2])}}, nil
+	return dec, nil
 }
 
 func (a adapters) Policy() string              { return a.f.router.Policy() }

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"time"
+
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -116,7 +118,14 @@ type Decision struct {
 	// engine's own cache report is checked against. It equals
 	// OverlapBlocks unless Approx.
 	IndexBlocks int
+	// deferred: Pick left the record of this decision to Record, with the
+	// decision's time at.
+	deferred bool
+	at       time.Time
 }
+
+// Deferred reports whether Pick left recording d to the caller's Record.
+func (d Decision) Deferred() bool { return d.deferred }
 
 // Overlapper gives the prefix overlap of candidate i (an index into the
 // workers passed to Pick) and whether it came from the approximate index.

@@ -37,14 +37,15 @@ type Config struct {
 	// events are always healthy (switchyard simulate), where it would
 	// never be read. Unhealthy workers then get no approximate overlap.
 	NoApprox bool
-	// ApproxOffPath records the decision for a long prompt (at least
-	// offPathBlocks blocks) in the approximate index on a goroutine of its
-	// own, so that the request goes to its worker meanwhile: the record is
-	// a map write per block, cache misses in a table of up to a million
-	// entries. A Pick made in the same microseconds may not see it yet,
-	// which is the index's approximation anyway (a concurrent Pick could
-	// as well have come first). The caller must not change req.Hashes
-	// after Pick. Simulate and tests record inline.
+	// ApproxOffPath leaves the record of a long prompt's decision (at
+	// least offPathBlocks blocks) in the approximate index to the caller,
+	// which calls Record once the request is on its way to its worker, in
+	// the time the worker takes to answer: the record is a map write per
+	// block, cache misses in a table of up to a million entries, and a
+	// goroutine started for it had cost the request's path 15 us to wake
+	// a thread. A Pick made meanwhile does not see it yet, which is the
+	// index's approximation anyway (a concurrent Pick could as well have
+	// come first). Simulate and tests record inline.
 	ApproxOffPath bool
 	// LoadReportTTL is how long a worker's load report corrects the
 	// tracked load; 0 means 1 s (four missed 250 ms reports).
@@ -282,7 +283,7 @@ func (r *Router) Pick(req *Request, candidates []Worker) (Decision, error) {
 	switch {
 	case len(req.Hashes) == 0 || r.noApprox:
 	case r.offPath && len(req.Hashes) >= offPathBlocks:
-		go r.approx.record(d.Worker, req.Hashes, now)
+		d.deferred, d.at = true, now
 	default:
 		r.approx.record(d.Worker, req.Hashes, now)
 	}
@@ -483,6 +484,15 @@ func (r *Router) InFlight() int {
 	r.load.mu.Lock()
 	defer r.load.mu.Unlock()
 	return len(r.load.reqs)
+}
+
+// Record records a decision Pick left to its caller (ApproxOffPath) in
+// the approximate index; for any other decision it does nothing. hashes
+// are the request's, unchanged since Pick. Call it once per decision.
+func (r *Router) Record(d Decision, hashes []uint64) {
+	if d.deferred {
+		r.approx.record(d.Worker, hashes, d.at)
+	}
 }
 
 // RecordApprox records, in the approximate index, that hashes were sent to

@@ -471,31 +471,26 @@ func TestEventsOffSimulation(t *testing.T) {
 	}
 }
 
-// TestApproxOffPath: recorded off the request's path, a long prompt's
-// decision reaches the approximate index all the same, and the picks of
-// a sequence of requests (each waiting for the one before, as a client's
-// turns do) are the ones inline recording makes.
+// TestApproxOffPath: left to the caller's Record, a long prompt's
+// decision reaches the approximate index all the same, and the picks of a
+// sequence of requests (each recorded before the next, as a client's turns
+// are) are the ones inline recording makes.
 func TestApproxOffPath(t *testing.T) {
 	silent := []Worker{{ID: "a"}, {ID: "b"}, {ID: "c"}}
 	prompts := [][]uint64{hashes(4, offPathBlocks), hashes(5, offPathBlocks+8), hashes(4, offPathBlocks), hashes(6, 3), hashes(5, offPathBlocks+8)}
 	run := func(off bool) []Decision {
 		r, _ := newTestRouter(t, Config{ApproxTTL: time.Minute, ApproxOffPath: off})
 		var out []Decision
-		seen := map[uint64]bool{}
 		for _, h := range prompts {
 			d, err := r.Pick(&Request{Hashes: h}, silent)
 			if err != nil {
 				t.Fatal(err)
 			}
+			if want := off && len(h) >= offPathBlocks; d.Deferred() != want {
+				t.Fatalf("%d-block prompt: Deferred() = %v, want %v", len(h), d.Deferred(), want)
+			}
+			r.Record(d, h) // the repeats below show it recorded
 			out = append(out, d)
-			for _, x := range h {
-				seen[x] = true
-			}
-			// Wait for the record: every block seen so far is in the index.
-			deadline := time.Now().Add(10 * time.Second)
-			for r.ApproxLen() < len(seen) && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
 		}
 		return out
 	}

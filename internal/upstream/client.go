@@ -40,6 +40,10 @@ type Request struct {
 	Path    string // request target, "/v1/chat/completions"
 	Headers []Header
 	Body    []byte
+	// Sent, when set, is called once the request is written, before its
+	// answer is awaited: work the caller can do while the worker works.
+	// It is called once (Do clears it), and not if no write succeeds.
+	Sent func()
 }
 
 // Response is a worker's answer. Body must be closed; a body read to its
@@ -135,6 +139,10 @@ func (c *Client) roundTrip(ctx context.Context, cn *conn, req *Request) (*Respon
 	}
 	if err := cn.write(req); err != nil {
 		return fail(fmt.Errorf("upstream: write request: %w", err), false)
+	}
+	if sent := req.Sent; sent != nil {
+		req.Sent = nil
+		sent()
 	}
 	resp := &Response{}
 	for {
