@@ -1,6 +1,8 @@
 package router
 
 import (
+	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -11,45 +13,61 @@ import (
 // blocks of a request it served for a while (ttl). It remembers at most
 // capacity hashes; beyond that the oldest records go first, so memory is
 // bounded whatever the traffic.
+//
+// The hashes are kept in an open-addressed table (linear probing,
+// deletion by shifting the rest of a run back, so no tombstones) rather
+// than a Go map: a cold 1,500-word prompt records 125 new blocks, each a
+// lookup, an insert and, at capacity, the eviction of an old one, and in
+// a table of up to a million entries each of those is a cache miss. A
+// probe here lands on the slot itself; a map first reads its control
+// word, then the slot.
 type approx struct {
 	ttl      time.Duration
 	capacity int
 
 	mu sync.Mutex // guards everything below
-	m  map[uint64]approxEntry
-	// Workers by a small number: an entry holds no pointer, so the garbage
-	// collector has nothing to follow in a map of up to a million entries
-	// (a worker ID string per entry gave it one each). Numbers are never
-	// reused; a process sees few workers.
+	t  approxTable
+	// Workers by a small number: a slot holds no pointer, so the garbage
+	// collector has nothing to follow in a table of up to a million
+	// entries. Numbers are never reused; a process sees few workers.
 	ids  map[string]uint32
 	ring []ringEntry // insertion order; may hold superseded records, told apart by seq
 	head int         // next record to evict
 	size int         // records in ring
-	seq  uint64
+	// seq numbers records. It wraps, which is harmless: a slot's record
+	// is told from the ring's older ones by equality, and the ring holds
+	// at most 2 × capacity ≤ 2³¹ records.
+	seq uint32
 }
 
-type approxEntry struct {
-	worker uint32 // a.ids number, from 1
+// approxSlot is one hash's entry; worker 0 marks an empty slot.
+type approxSlot struct {
+	hash   uint64
 	at     int64  // unix nanoseconds of the routing decision
-	seq    uint64
+	worker uint32 // a.ids number, from 1
+	seq    uint32 // the record that set it
 }
 
 type ringEntry struct {
 	hash uint64
-	seq  uint64
+	seq  uint32
 }
 
-// approxInitialRing is the ring's starting size. The ring and the map grow
-// with use up to their bounds instead of being allocated whole: at the
-// default capacity (1 Mi hashes) an up-front allocation cost every frontend
-// tens of MB before it routed a request.
+// approxInitialRing is the ring's and the table's starting size. They
+// grow with use up to their bounds instead of being allocated whole: at
+// the default capacity (1 Mi hashes) an up-front allocation cost every
+// frontend tens of MB before it routed a request.
 const approxInitialRing = 1024
 
+// maxApproxCapacity keeps seq's wrap harmless (see approx.seq).
+const maxApproxCapacity = 1 << 30
+
 func newApprox(ttl time.Duration, capacity int) *approx {
+	capacity = min(capacity, maxApproxCapacity)
 	return &approx{
 		ttl:      ttl,
 		capacity: capacity,
-		m:        make(map[uint64]approxEntry),
+		t:        newApproxTable(approxInitialRing, rand.Uint64()),
 		ids:      make(map[string]uint32),
 		ring:     make([]ringEntry, min(approxInitialRing, 2*capacity)),
 	}
@@ -70,7 +88,7 @@ func (a *approx) grow() bool {
 }
 
 // record notes that worker was sent the blocks hashes at now. Allocation-free
-// once the map and ring have grown to capacity.
+// once the table and ring have grown to capacity.
 func (a *approx) record(worker string, hashes []uint64, now time.Time) {
 	at := now.UnixNano()
 	a.mu.Lock()
@@ -81,30 +99,38 @@ func (a *approx) record(worker string, hashes []uint64, now time.Time) {
 		a.ids[worker] = id
 	}
 	for _, h := range hashes {
-		if e, ok := a.m[h]; ok && e.at > at {
+		i, found := a.t.find(h)
+		if found && a.t.slots[i].at > at {
 			continue // a later decision (another replica's arrives late) stands
 		}
+		if !found && a.t.full() {
+			a.t.grow()
+			i, _ = a.t.find(h)
+		}
 		a.seq++
-		a.m[h] = approxEntry{worker: id, at: at, seq: a.seq}
+		if !found {
+			a.t.used++
+		}
+		a.t.slots[i] = approxSlot{hash: h, at: at, worker: id, seq: a.seq}
 		if a.size == len(a.ring) && !a.grow() {
 			a.evictOne()
 		}
 		a.ring[(a.head+a.size)%len(a.ring)] = ringEntry{hash: h, seq: a.seq}
 		a.size++
-		for len(a.m) > a.capacity {
+		for a.t.used > a.capacity {
 			a.evictOne()
 		}
 	}
 }
 
-// evictOne drops the oldest ring record, and its map entry if the record is
-// still the current one for its hash. Called with mu held and size > 0.
+// evictOne drops the oldest ring record, and its table entry if the record
+// is still the current one for its hash. Called with mu held and size > 0.
 func (a *approx) evictOne() {
 	r := a.ring[a.head]
 	a.head = (a.head + 1) % len(a.ring)
 	a.size--
-	if e, ok := a.m[r.hash]; ok && e.seq == r.seq {
-		delete(a.m, r.hash)
+	if i, ok := a.t.find(r.hash); ok && a.t.slots[i].seq == r.seq {
+		a.t.remove(i)
 	}
 }
 
@@ -120,8 +146,11 @@ func (a *approx) overlap(worker string, hashes []uint64, now time.Time) int {
 	}
 	n := 0
 	for _, h := range hashes {
-		e, ok := a.m[h]
-		if !ok || e.worker != id || e.at < oldest {
+		i, ok := a.t.find(h)
+		if !ok {
+			break
+		}
+		if e := &a.t.slots[i]; e.worker != id || e.at < oldest {
 			break
 		}
 		n++
@@ -129,7 +158,7 @@ func (a *approx) overlap(worker string, hashes []uint64, now time.Time) int {
 	return n
 }
 
-// forget drops every record of worker. Cost: O(records).
+// forget drops every record of worker. Cost: O(table).
 func (a *approx) forget(worker string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -137,15 +166,92 @@ func (a *approx) forget(worker string) {
 	if !ok {
 		return
 	}
-	for h, e := range a.m {
-		if e.worker == id {
-			delete(a.m, h)
-		}
-	}
+	a.t.rebuild(len(a.t.slots), func(s *approxSlot) bool { return s.worker != id })
 }
 
 func (a *approx) len() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.m)
+	return a.t.used
+}
+
+// approxTable is a linear-probing hash table of approxSlots, a power of
+// two in size and at most three-quarters full. A slot's home is the top
+// bits of its hash mixed with a per-table random key (Fibonacci hashing):
+// block hashes are already uniform, and the key keeps a client who knows
+// how they are made from building a prompt whose blocks share one run.
+type approxTable struct {
+	slots []approxSlot
+	shift uint // 64 - log2(len(slots))
+	key   uint64
+	used  int
+}
+
+func newApproxTable(n int, key uint64) approxTable {
+	return approxTable{slots: make([]approxSlot, n), shift: uint(64 - bits.TrailingZeros(uint(n))), key: key}
+}
+
+func (t *approxTable) home(h uint64) int {
+	return int(((h ^ t.key) * 0x9e3779b97f4a7c15) >> t.shift)
+}
+
+// find returns h's slot and true, or the empty slot where h would go and
+// false.
+func (t *approxTable) find(h uint64) (int, bool) {
+	mask := len(t.slots) - 1
+	for i := t.home(h); ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.worker == 0 {
+			return i, false
+		}
+		if s.hash == h {
+			return i, true
+		}
+	}
+}
+
+// full reports whether one more entry would pass three-quarters.
+func (t *approxTable) full() bool { return 4*(t.used+1) > 3*len(t.slots) }
+
+// grow doubles the table.
+func (t *approxTable) grow() { t.rebuild(2*len(t.slots), nil) }
+
+// rebuild replaces the table with one of n slots holding the entries keep
+// accepts (all, when keep is nil).
+func (t *approxTable) rebuild(n int, keep func(*approxSlot) bool) {
+	old := t.slots
+	*t = newApproxTable(n, t.key)
+	for i := range old {
+		s := &old[i]
+		if s.worker == 0 || keep != nil && !keep(s) {
+			continue
+		}
+		j, _ := t.find(s.hash)
+		t.slots[j] = *s
+		t.used++
+	}
+}
+
+// remove empties slot i, moving back each later slot of its run that a
+// probe from its home would otherwise no longer reach.
+func (t *approxTable) remove(i int) {
+	mask := len(t.slots) - 1
+	t.used--
+	for j := i; ; {
+		t.slots[i] = approxSlot{}
+		for {
+			j = (j + 1) & mask
+			s := &t.slots[j]
+			if s.worker == 0 {
+				return
+			}
+			// s may fill the hole at i unless its home lies cyclically
+			// in (i, j]: then a probe for it starts past the hole.
+			if k := t.home(s.hash); (j-k)&mask >= (j-i)&mask {
+				t.slots[i] = *s
+				i = j
+				break
+			}
+		}
+	}
 }
