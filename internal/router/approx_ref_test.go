@@ -20,8 +20,8 @@ type refApprox struct {
 	// reused; a process sees few workers.
 	ids  map[string]uint32
 	ring []refRingEntry // insertion order; may hold superseded records, told apart by seq
-	head int         // next record to evict
-	size int         // records in ring
+	head int            // next record to evict
+	size int            // records in ring
 	seq  uint64
 }
 
