@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"github.com/switchyard-llm/switchyard/internal/openai"
+	"strconv"
 	"testing"
 
 	"github.com/switchyard-llm/switchyard/internal/tokenizer/tokentest"
@@ -19,5 +21,48 @@ func BenchmarkEncodeCold(b *testing.B) {
 	for b.Loop() {
 		tk.Encode(texts[i%len(texts)])
 		i++
+	}
+}
+
+// BenchmarkEncodeNextTurn encodes a conversation's next turn with cl100k:
+// 1,400 words of earlier turns the turn cache holds, then a new 100-word
+// user message every iteration, as proxybench's next-turn case sends.
+//
+//	go test -run '^$' -bench EncodeNextTurn -count 6 ./internal/tokenizer
+func BenchmarkEncodeNextTurn(b *testing.B) {
+	c, err := NewCl100k()
+	if err != nil {
+		b.Fatal(err)
+	}
+	earlier := []openai.Message{
+		{Role: "system", Content: tokentest.EnglishWords(100, 1)},
+		{Role: "user", Content: tokentest.EnglishWords(600, 2)},
+		{Role: "assistant", Content: tokentest.EnglishWords(300, 3)},
+		{Role: "user", Content: tokentest.EnglishWords(300, 4)},
+		{Role: "assistant", Content: tokentest.EnglishWords(100, 5)},
+	}
+	news := make([]string, 64)
+	for i := range news {
+		news[i] = tokentest.EnglishWords(100, uint64(100+i))
+	}
+	msgs := append(earlier, openai.Message{Role: "user"})
+	for range 2 { // seen twice, the earlier turns are admitted to the cache
+		msgs[len(msgs)-1].Content = news[0]
+		if _, err := c.EncodeChat(msgs, ChatOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		// A number of its own keeps every new turn out of the cache.
+		msgs[len(msgs)-1].Content = news[i%len(news)] + " " + strconv.Itoa(i)
+		if _, err := c.EncodeChat(msgs, ChatOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	if st := c.CacheStats(); st.Hits == 0 {
+		b.Fatalf("no turn-cache hits: %+v", st)
 	}
 }
