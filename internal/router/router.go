@@ -253,9 +253,10 @@ const offPathBlocks = 32
 
 // Pick chooses a worker among candidates for req under the current policy,
 // books req on it when req.ID is set, records the decision in the
-// approximate index and counts it in metrics. The Load of each candidate is
+// approximate index (or, for a long prompt under ApproxOffPath, leaves that
+// to Record) and counts it in metrics. The Load of each candidate is
 // replaced by the router's tracked load; the caller's slice is not
-// modified. Cost: one index lookup, one map lookup per block of unhealthy
+// modified. Cost: one index lookup, one table lookup per block of unhealthy
 // candidates' leading overlap, O(candidates).
 //
 // The booking counts req in its worker's load from the decision on,
