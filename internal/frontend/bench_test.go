@@ -186,13 +186,7 @@ func BenchmarkOverheadLatency(b *testing.B) {
 		overheadLatency(b, func(int) string { return body }, qwen3(b))
 	})
 	b.Run("1500-words-qwen3-next-turn", func(b *testing.B) {
-		earlier := []openai.Message{
-			{Role: "system", Content: tokentest.EnglishWords(100, 1)},
-			{Role: "user", Content: tokentest.EnglishWords(600, 2)},
-			{Role: "assistant", Content: tokentest.EnglishWords(300, 3)},
-			{Role: "user", Content: tokentest.EnglishWords(300, 4)},
-			{Role: "assistant", Content: tokentest.EnglishWords(100, 5)},
-		}
+		earlier := tokentest.EarlierTurns()
 		overheadLatency(b, func(int) string {
 			return chatBody(append(slices.Clone(earlier), openai.Message{Role: "user", Content: tokentest.EnglishWords(100, nextColdSeed())})...)
 		}, qwen3(b))

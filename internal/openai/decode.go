@@ -353,15 +353,15 @@ func plainRun(b []byte, i int) int {
 
 // strSlow is str from j on, where the first escape, control or non-ASCII
 // byte is. The string is built in one buffer the size of its raw text
-// (found first, a fast scan): grown by appends, a long prompt with a
-// newline per line had cost more in allocation than in decoding.
+// (found first by stringEnd from j): grown by appends, a long prompt with
+// a newline per line had cost more in allocation than in decoding.
 func (d *reader) strSlow(start, j int) (string, bool) {
-	end := reader{b: d.b, i: start - 1}
-	if !end.skipString() {
+	end := stringEnd(d.b, j)
+	if end < 0 {
 		return "", false
 	}
 	var out strings.Builder
-	out.Grow(end.i - start)
+	out.Grow(end - start)
 	out.Write(d.b[start:j])
 	for j < len(d.b) {
 		c := d.b[j]
@@ -505,33 +505,44 @@ func (d *reader) skipString() bool {
 	if d.i >= len(d.b) || d.b[d.i] != '"' {
 		return false
 	}
-	for j := plainRun(d.b, d.i+1); j < len(d.b); {
-		switch c := d.b[j]; {
+	e := stringEnd(d.b, d.i+1)
+	if e < 0 {
+		return false
+	}
+	d.i = e + 1
+	return true
+}
+
+// stringEnd returns the index of the quote that ends the string whose
+// text continues at j, checking its escapes; -1 if the string is
+// malformed or does not end.
+func stringEnd(b []byte, j int) int {
+	for j = plainRun(b, j); j < len(b); {
+		switch c := b[j]; {
 		case c == '"':
-			d.i = j + 1
-			return true
+			return j
 		case c < 0x20:
-			return false
+			return -1
 		case c == '\\':
-			if j+1 >= len(d.b) {
-				return false
+			if j+1 >= len(b) {
+				return -1
 			}
-			switch d.b[j+1] {
+			switch b[j+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				j += 2
 			case 'u':
-				if _, ok := hex4(d.b, j+2); !ok {
-					return false
+				if _, ok := hex4(b, j+2); !ok {
+					return -1
 				}
 				j += 6
 			default:
-				return false
+				return -1
 			}
 		default:
-			j = plainRun(d.b, j+1)
+			j = plainRun(b, j+1)
 		}
 	}
-	return false
+	return -1
 }
 
 // number reads past a number in JSON's grammar:

@@ -114,7 +114,7 @@ type approxRec struct {
 // worker is an index into aloneWorkers), so the garbage collector never
 // scans the log and writing to it needs no write barrier: with the
 // worker's ID string in each record the log was 8 MB the collector walked
-// on every cycle, and logging a long prompt's decision cost 15-30 us.
+// on every cycle, and logging a long prompt's decision took 15-28 us.
 type loggedApprox struct {
 	hash   uint64
 	at     int64
@@ -219,7 +219,7 @@ func New(cfg Config) (*Sharer, error) {
 	s := &Sharer{
 		cfg: cfg, log: cfg.Logger.With("replica", cfg.ID), epoch: cfg.Now().UnixNano(),
 		kick: make(chan struct{}, 1), settingsKick: make(chan struct{}, 1),
-		inflight: map[reqKey]req{}, pendApprox: map[uint64]approxRec{}, shared: map[uint64]approxRec{},
+		inflight: map[reqKey]req{}, pendApprox: map[uint64]approxRec{}, shared: map[uint64]approxRec{}, aloneIDs: map[string]uint32{},
 		peers: map[string]*peer{},
 	}
 	s.alone.Store(true)
@@ -318,9 +318,6 @@ func (s *Sharer) Approx(worker string, hashes []uint64, at time.Time) {
 		s.mu.Lock()
 		id, ok := s.aloneIDs[worker]
 		if !ok {
-			if s.aloneIDs == nil {
-				s.aloneIDs = map[string]uint32{}
-			}
 			id = uint32(len(s.aloneWorkers))
 			s.aloneWorkers = append(s.aloneWorkers, worker)
 			s.aloneIDs[worker] = id

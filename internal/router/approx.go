@@ -104,16 +104,8 @@ func (a *approx) record(worker string, hashes []uint64, now time.Time) {
 		if found && t.slots[i].at > at {
 			continue // a later decision (another replica's arrives late) stands
 		}
-		if !found && t.full() {
-			t.grow()
-			i, _ = t.find(h)
-		}
 		a.seq++
-		if !found {
-			t.used++
-			a.t.used++
-		}
-		t.slots[i] = approxSlot{hash: h, at: at, worker: id, seq: a.seq}
+		a.t.put(t, i, found, approxSlot{hash: h, at: at, worker: id, seq: a.seq})
 		if a.size == len(a.ring) && !a.grow() {
 			a.evictOne()
 		}
@@ -133,8 +125,7 @@ func (a *approx) evictOne() {
 	a.size--
 	t := a.t.of(r.hash)
 	if i, ok := t.find(r.hash); ok && t.slots[i].seq == r.seq {
-		t.remove(i)
-		a.t.used--
+		a.t.remove(t, i)
 	}
 }
 
@@ -171,12 +162,7 @@ func (a *approx) forget(worker string) {
 	if !ok {
 		return
 	}
-	a.t.used = 0
-	for i := range a.t.t {
-		t := &a.t.t[i]
-		t.rebuild(len(t.slots), func(s *approxSlot) bool { return s.worker != id })
-		a.t.used += t.used
-	}
+	a.t.keep(func(s *approxSlot) bool { return s.worker != id })
 }
 
 func (a *approx) len() int {
@@ -216,6 +202,37 @@ func newApproxShards(n int, key uint64) approxShards {
 // from the bits a shard's home takes.
 func (s *approxShards) of(h uint64) *approxTable {
 	return &s.t[((h^s.key)*0xc2b2ae3d27d4eb4f)>>(64-approxShardBits)]
+}
+
+// put stores e in shard t at i, what t.find(e.hash) returned: e's slot
+// (found) or the empty one where it goes, which a full shard's growth
+// moves.
+func (s *approxShards) put(t *approxTable, i int, found bool, e approxSlot) {
+	if !found {
+		if t.full() {
+			t.grow()
+			i, _ = t.find(e.hash)
+		}
+		t.used++
+		s.used++
+	}
+	t.slots[i] = e
+}
+
+// remove empties slot i of shard t.
+func (s *approxShards) remove(t *approxTable, i int) {
+	t.remove(i)
+	s.used--
+}
+
+// keep drops every entry keep refuses.
+func (s *approxShards) keep(keep func(*approxSlot) bool) {
+	s.used = 0
+	for i := range s.t {
+		t := &s.t[i]
+		t.rebuild(len(t.slots), keep)
+		s.used += t.used
+	}
 }
 
 // approxTable is a linear-probing hash table of approxSlots, a power of

@@ -1,12 +1,11 @@
 package router
 
 import (
-	"time"
-
 	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/switchyard-llm/switchyard/internal/bus"
 	"github.com/switchyard-llm/switchyard/internal/kvindex"

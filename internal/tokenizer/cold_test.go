@@ -34,13 +34,7 @@ func BenchmarkEncodeNextTurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	earlier := []openai.Message{
-		{Role: "system", Content: tokentest.EnglishWords(100, 1)},
-		{Role: "user", Content: tokentest.EnglishWords(600, 2)},
-		{Role: "assistant", Content: tokentest.EnglishWords(300, 3)},
-		{Role: "user", Content: tokentest.EnglishWords(300, 4)},
-		{Role: "assistant", Content: tokentest.EnglishWords(100, 5)},
-	}
+	earlier := tokentest.EarlierTurns()
 	news := make([]string, 64)
 	for i := range news {
 		news[i] = tokentest.EnglishWords(100, uint64(100+i))

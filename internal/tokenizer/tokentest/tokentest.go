@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/switchyard-llm/switchyard/internal/openai"
 )
 
 // CPUTime is the process's user+system CPU time. On a shared machine wall
@@ -55,4 +57,17 @@ func EnglishWords(n int, seed uint64) string {
 		}
 	}
 	return b.String()
+}
+
+// EarlierTurns is the 1,400 words of earlier turns of the next-turn
+// benchmarks (the shape of proxybench's next-turn case): a system prompt
+// and two exchanges, the same on every call.
+func EarlierTurns() []openai.Message {
+	return []openai.Message{
+		{Role: "system", Content: EnglishWords(100, 1)},
+		{Role: "user", Content: EnglishWords(600, 2)},
+		{Role: "assistant", Content: EnglishWords(300, 3)},
+		{Role: "user", Content: EnglishWords(300, 4)},
+		{Role: "assistant", Content: EnglishWords(100, 5)},
+	}
 }
